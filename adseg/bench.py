@@ -1,0 +1,157 @@
+"""The clustering-ensemble benchmark protocol shared by every fuser's benchmark.
+
+A protocol draws several *ensembles* (label matrices) from a data set — k-means runs on its
+features, or columns of a precomputed pool — shuffles the items with a recorded seed, runs each
+fuser on each ensemble and scores it against the classes. Functions here return pandas frames;
+scripts under benchmarks/ and ``adseg bench`` write them to files.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import check_random_state
+
+from adseg.ensemble import kmeans_ensemble
+from adseg.metrics import ari, clustering_accuracy, nmi
+
+FuserFactory = Callable[[int, int], object]
+"""(n_clusters, seed) → an unfitted fuser with fit_predict(labels)."""
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """One repetition: base clusterings (n, m) and classes (n,), already in the order fused."""
+
+    repetition: int
+    labels: np.ndarray
+    y: np.ndarray
+    seed: int
+
+
+def shuffle_items(y: np.ndarray, labels: np.ndarray, seed: int | None):
+    """Permute items (rows) with a seeded permutation; seed None keeps the given order.
+    Returns (y, labels, permutation)."""
+    if seed is None:
+        perm = np.arange(y.size)
+    else:
+        perm = np.random.default_rng(seed).permutation(y.size)
+    return y[perm], labels[perm], perm
+
+
+def pool_ensembles(
+    members: np.ndarray,
+    y: np.ndarray,
+    *,
+    n_repetitions: int,
+    size: int,
+    seed: int,
+    shuffle: bool = True,
+    disjoint: bool = False,
+) -> list[Ensemble]:
+    """Draw ``size`` columns of a precomputed pool per repetition (without replacement inside a
+    draw; ``disjoint=True`` splits the pool into consecutive disjoint groups after one shuffle of
+    the columns, as the 5 × 20 split of a 100-column pool). Items are shuffled per repetition with
+    seed + repetition when ``shuffle``."""
+    rng = check_random_state(seed)
+    n_cols = members.shape[1]
+    if disjoint and n_repetitions * size > n_cols:
+        raise ValueError(f"{n_repetitions} × {size} disjoint columns exceed the pool's {n_cols}.")
+    order = rng.permutation(n_cols)
+    out = []
+    for r in range(n_repetitions):
+        cols = order[r * size : (r + 1) * size] if disjoint else rng.choice(n_cols, size, False)
+        rep_seed = seed + r
+        yy, ll, _ = shuffle_items(y, members[:, cols], rep_seed if shuffle else None)
+        out.append(Ensemble(r, ll, yy, rep_seed))
+    return out
+
+
+def kmeans_ensembles(
+    X,
+    y: np.ndarray,
+    *,
+    n_repetitions: int,
+    size: int,
+    n_clusters: int,
+    seed: int,
+    shuffle: bool = True,
+) -> list[Ensemble]:
+    """``n_repetitions`` ensembles of ``size`` k-means runs each (different seeds per run), e.g.
+    200 runs split 10 × 20, or 40 runs × 10 repetitions. Items are shuffled per repetition."""
+    out = []
+    for r in range(n_repetitions):
+        rep_seed = seed + r
+        labels = kmeans_ensemble(X, size, n_clusters, random_state=rep_seed)
+        yy, ll, _ = shuffle_items(y, labels, rep_seed if shuffle else None)
+        out.append(Ensemble(r, ll, yy, rep_seed))
+    return out
+
+
+def evaluate(
+    ensembles: Iterable[Ensemble],
+    fusers: dict[str, FuserFactory],
+    n_clusters: int,
+    *,
+    measure_memory: bool = False,
+    on_error: str = "record",
+) -> pd.DataFrame:
+    """Run every fuser on every ensemble. One row per (repetition, method) with acc, nmi, ari,
+    seconds (wall), peak_mib (Python-heap peak from tracemalloc when measure_memory) and error.
+    Also a 'base' row per repetition: the mean score of the ensemble's own columns (the 'KM' of the
+    papers). on_error='record' keeps going and stores the exception text; 'raise' re-raises."""
+    rows = []
+    for ens in ensembles:
+        base = [_scores(ens.y, ens.labels[:, j]) for j in range(ens.labels.shape[1])]
+        rows.append(
+            {
+                "repetition": ens.repetition,
+                "method": "base (mean)",
+                "seconds": np.nan,
+                **{k: float(np.mean([b[k] for b in base])) for k in ("acc", "nmi", "ari")},
+            }
+        )
+        for name, factory in fusers.items():
+            row = {"repetition": ens.repetition, "method": name}
+            try:
+                fuser = factory(n_clusters, ens.seed)
+                if measure_memory:
+                    tracemalloc.start()
+                t0 = time.perf_counter()
+                pred = fuser.fit_predict(ens.labels)
+                row["seconds"] = time.perf_counter() - t0
+                if measure_memory:
+                    row["peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+                    tracemalloc.stop()
+                row.update(_scores(ens.y, pred))
+            except Exception as exc:  # a benchmark records failures instead of stopping
+                if tracemalloc.is_tracing():
+                    tracemalloc.stop()
+                if on_error == "raise":
+                    raise
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarize(
+    results: pd.DataFrame, metrics: Sequence[str] = ("acc", "nmi", "ari")
+) -> pd.DataFrame:
+    """Mean ± std per method (columns '<metric>_mean', '<metric>_std', 'seconds_mean', 'runs')."""
+    ok = results[results.get("error", pd.Series(index=results.index)).isna()]
+    agg = {}
+    for m in metrics:
+        agg[f"{m}_mean"] = (m, "mean")
+        agg[f"{m}_std"] = (m, lambda s: float(np.std(s)))
+    agg["seconds_mean"] = ("seconds", "mean")
+    agg["runs"] = ("repetition", "count")
+    return ok.groupby("method", sort=False).agg(**agg).reset_index()
+
+
+def _scores(y, pred) -> dict[str, float]:
+    return {"acc": clustering_accuracy(y, pred), "nmi": nmi(y, pred), "ari": ari(y, pred)}

@@ -1,0 +1,33 @@
+"""Consensus clustering: fuse several base clusterings of the same items into one.
+
+``FUSERS`` maps a fuser's name to its class. Every class follows scikit-learn's conventions:
+``Fuser(n_clusters=K, random_state=seed).fit(labels).labels_`` with ``labels`` an
+(n_items, n_clusterings) integer array, -1 = missing.
+"""
+
+from adseg.consensus._base import (
+    BaseFuser,
+    assign_labels,
+    check_labels,
+    co_association,
+    incidence_matrix,
+    relabel,
+    top_eigenvectors,
+)
+
+FUSERS: dict[str, type[BaseFuser]] = {}
+
+# Each fuser module registers itself here (one line each, in the order users see them).
+# --- fuser registrations (begin) ---
+# --- fuser registrations (end) ---
+
+__all__ = [
+    "FUSERS",
+    "BaseFuser",
+    "assign_labels",
+    "check_labels",
+    "co_association",
+    "incidence_matrix",
+    "relabel",
+    "top_eigenvectors",
+]

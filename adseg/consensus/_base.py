@@ -1,0 +1,256 @@
+"""What every fuser shares: input validation, relabelling, co-association, label assignment.
+
+A *labels* matrix is an integer array of shape (n_items, n_clusterings). Column v is one base
+clustering; its label values are arbitrary integers, and -1 means "item not clustered in this
+column" (an advertiser with too few samples in that view, say).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.cluster import KMeans
+from sklearn.utils import check_random_state
+
+MISSING = -1
+
+
+def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") -> np.ndarray:
+    """Validate a base-clustering matrix and return it as a C-contiguous int64 array.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items, n_clusterings), integers; -1 marks a missing label.
+    allow_missing : if False, any -1 is an error (for fusers whose model has no notion of it).
+
+    Raises
+    ------
+    ValueError / TypeError naming the parameter and what is wrong with it.
+    """
+    arr = np.asarray(labels)
+    if arr.ndim == 1:
+        raise ValueError(
+            f"{name} must be 2-D (n_items, n_clusterings); got 1-D, length {arr.shape[0]}."
+            " Reshape a single clustering with labels.reshape(-1, 1)."
+        )
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_items, n_clusterings); got shape {arr.shape}.")
+    n_items, n_clusterings = arr.shape
+    if n_items < 1:
+        raise ValueError(f"{name} has no items (shape {arr.shape}).")
+    if n_clusterings < 1:
+        raise ValueError(f"{name} has no clusterings (shape {arr.shape}); need at least 1 column.")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise TypeError(f"{name} must hold integers; got non-integral floats.")
+    elif arr.dtype.kind not in "iub":
+        raise TypeError(f"{name} must be an integer array; got dtype {arr.dtype}.")
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    if np.any(arr < MISSING):
+        col = int(np.nonzero((arr < MISSING).any(axis=0))[0][0])
+        raise ValueError(f"{name} column {col} has a negative label other than -1 (missing).")
+    missing = arr == MISSING
+    if missing.any():
+        if not allow_missing:
+            col = int(np.nonzero(missing.any(axis=0))[0][0])
+            raise ValueError(
+                f"{name} column {col} has missing labels (-1), which this fuser cannot use."
+            )
+        empty = np.nonzero(missing.all(axis=0))[0]
+        if empty.size:
+            raise ValueError(
+                f"{name} column {int(empty[0])} is all -1 (no item is clustered in it)."
+            )
+    return arr
+
+
+def check_n_clusters(n_clusters, n_items: int) -> int:
+    """Validate ``n_clusters`` against the number of items: 1 ≤ n_clusters ≤ n_items."""
+    if isinstance(n_clusters, bool) or not isinstance(n_clusters, numbers.Integral):
+        raise TypeError(f"n_clusters must be an integer; got {n_clusters!r}.")
+    if n_clusters < 1 or n_clusters > n_items:
+        raise ValueError(f"n_clusters must be between 1 and n_items={n_items}; got {n_clusters}.")
+    return int(n_clusters)
+
+
+def check_weights(weights, n_clusterings: int) -> np.ndarray:
+    """Per-clustering weights: non-negative, finite, not all zero; None means equal weights."""
+    if weights is None:
+        return np.ones(n_clusterings)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n_clusterings,):
+        raise ValueError(f"weights must have shape ({n_clusterings},); got {w.shape}.")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError("weights must be finite, non-negative and not all zero.")
+    return w
+
+
+def relabel(labels: np.ndarray) -> np.ndarray:
+    """Map each column's labels to 0..k_v-1 in order of first appearance; -1 stays -1.
+
+    Shape (n, m) → (n, m) int64. Cost O(n m log n).
+    """
+    labels = check_labels(labels)
+    out = np.full_like(labels, MISSING)
+    for v in range(labels.shape[1]):  # loop over columns (few), not items
+        col = labels[:, v]
+        ok = col != MISSING
+        _, first, inverse = np.unique(col[ok], return_index=True, return_inverse=True)
+        order = np.argsort(np.argsort(first))  # rank of each unique value by first appearance
+        out[ok, v] = order[inverse]
+    return out
+
+
+def incidence_matrix(labels: np.ndarray, weights: np.ndarray | None = None) -> sp.csr_matrix:
+    """Sparse one-hot incidence Y of shape (n_items, Σ_v k_v): Y[i, (v, c)] = w_v if item i has
+    label c in column v. Rows of items missing in a column have no entry for that column.
+
+    Memory O(n m) non-zeros. Columns are ordered clustering by clustering, label by label.
+    """
+    labels = relabel(labels)
+    n, m = labels.shape
+    w = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+    sizes = labels.max(axis=0) + 1
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    ok = labels != MISSING
+    rows = np.broadcast_to(np.arange(n)[:, None], labels.shape)[ok]
+    cols = (labels + offsets[None, :])[ok]
+    vals = np.broadcast_to(w[None, :], labels.shape)[ok]
+    return sp.csr_matrix((vals, (rows, cols)), shape=(n, int(sizes.sum())))
+
+
+def co_association(
+    labels, weights=None, *, normalize: bool = False, dtype=np.float64
+) -> np.ndarray:
+    """Dense co-association matrix M̃ (n×n): the weighted share of clusterings that put i and j
+    together, among the clusterings that cover both.
+
+    M̃_ij = Σ_v w_v [i, j together in v] / Σ_v w_v [i and j both labelled in v]. With no missing
+    labels the denominator is Σ_v w_v, as in the paper's Eq. 10. Pairs that no clustering covers
+    get 0 (1 on the diagonal when the item is covered somewhere).
+
+    normalize=True returns D^{-1/2} M̃ D^{-1/2} with D = diag(M̃ 1) (normalised-cut form).
+
+    Cost: one sparse product Y Yᵀ, O(n² + n m) time; memory one or two dense n×n arrays
+    (n = 10,000 → 0.8 GB each in float64).
+    """
+    labels = check_labels(labels)
+    w = check_weights(weights, labels.shape[1])
+    Y = incidence_matrix(labels, w)
+    together = (Y @ Y.T).toarray().astype(dtype, copy=False)
+    observed = labels != MISSING
+    if observed.all():
+        together /= w.sum()
+    else:
+        O = sp.csr_matrix(observed.astype(np.float64) * w[None, :])
+        both = (O @ O.T).toarray()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(together, both, out=together, where=both > 0)
+        together[both == 0] = 0.0
+    if normalize:
+        degree = together.sum(axis=1)
+        scale = np.zeros_like(degree)
+        np.divide(1.0, np.sqrt(degree), out=scale, where=degree > 0)
+        together *= scale[:, None]
+        together *= scale[None, :]
+    return together
+
+
+def assign_labels(
+    embedding: np.ndarray,
+    n_clusters: int,
+    *,
+    method: str = "kmeans",
+    random_state=None,
+    n_init: int = 10,
+) -> np.ndarray:
+    """Discretise a spectral embedding (n × K) into n_clusters labels, as spectral clustering does.
+
+    method="kmeans": k-means (n_init seeded starts) on the row-normalised rows (Ng–Jordan–Weiss).
+    method="cluster_qr": the deterministic column-pivoted QR rounding (Damle, Minden, Ying 2019).
+    Rows that are all zero (items in no clustering) are kept and land in some cluster.
+    Cost O(n K² ) for cluster_qr, O(n K n_init iters) for k-means.
+    """
+    X = np.asarray(embedding, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < n_clusters:
+        raise ValueError(f"embedding must be (n ≥ n_clusters, K); got {X.shape}.")
+    if n_clusters == 1:
+        return np.zeros(X.shape[0], dtype=np.int64)
+    if method == "kmeans":
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        Xn = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+        km = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=random_state)
+        return km.fit_predict(Xn).astype(np.int64)
+    if method == "cluster_qr":
+        from sklearn.cluster._spectral import cluster_qr
+
+        return cluster_qr(X[:, :n_clusters]).astype(np.int64)
+    raise ValueError(f"method must be 'kmeans' or 'cluster_qr'; got {method!r}.")
+
+
+def top_eigenvectors(
+    matrix: np.ndarray, k: int, *, v0: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest (algebraic) eigenpairs of a dense symmetric matrix, largest first.
+
+    Returns (values (k,), vectors (n, k)). Uses LAPACK's subset solver (O(n² k) after an O(n³/3)
+    tridiagonalisation) for n ≤ 2,000, and Lanczos (ARPACK, warm-started from v0 when given) above.
+    Signs are made deterministic (largest-magnitude entry of each vector positive).
+    """
+    import scipy.linalg as sla
+    import scipy.sparse.linalg as spla
+
+    n = matrix.shape[0]
+    k = min(k, n)
+    if n <= 2000 or k >= n - 1:
+        vals, vecs = sla.eigh(matrix, subset_by_index=(n - k, n - 1), driver="evr")
+    else:
+        start = None if v0 is None else np.asarray(v0).sum(axis=1)
+        if start is not None and not np.any(start):
+            start = None
+        vals, vecs = spla.eigsh(matrix, k=k, which="LA", v0=start, tol=1e-10)
+    order = np.argsort(vals)[::-1]
+    vals, vecs = vals[order], vecs[:, order]
+    idx = np.argmax(np.abs(vecs), axis=0)
+    signs = np.sign(vecs[idx, np.arange(vecs.shape[1])])
+    signs[signs == 0] = 1.0
+    return vals, vecs * signs[None, :]
+
+
+class BaseFuser(ClusterMixin, BaseEstimator):
+    """Base class of every consensus fuser (scikit-learn conventions).
+
+    Subclasses store their parameters in ``__init__`` (no work there), implement ``_fit(labels)``
+    on validated labels and set ``labels_`` (n_items,) int64 in 0..n_clusters-1, plus their own
+    learned attributes ending in ``_``. ``allow_missing`` says whether -1 labels are accepted.
+    """
+
+    allow_missing: bool = True
+
+    def __init__(self, n_clusters: int = 2, random_state=None):
+        self.n_clusters = n_clusters
+        self.random_state = random_state
+
+    def _validate(self, labels) -> np.ndarray:
+        labels = check_labels(labels, allow_missing=self.allow_missing)
+        check_n_clusters(self.n_clusters, labels.shape[0])
+        return labels
+
+    def fit(self, labels, y=None):
+        """Fuse the base clusterings ``labels`` (n_items, n_clusterings); returns self."""
+        labels = self._validate(labels)
+        self.n_items_, self.n_clusterings_ = labels.shape
+        self._rng = check_random_state(self.random_state)
+        self._fit(labels)
+        self.labels_ = np.asarray(self.labels_, dtype=np.int64)
+        return self
+
+    def fit_predict(self, labels, y=None, **kwargs) -> np.ndarray:
+        """Fit and return ``labels_`` (n_items,)."""
+        return self.fit(labels).labels_
+
+    def _fit(self, labels: np.ndarray) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError

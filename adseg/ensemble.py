@@ -1,0 +1,41 @@
+"""Base-clustering ensembles from features (k-means pools), for benchmarks and tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.utils import check_random_state
+
+
+def kmeans_ensemble(X, n_clusterings: int, n_clusters: int, random_state=None) -> np.ndarray:
+    """n_clusterings k-means runs (one k-means++ start each, each with its own seed drawn from
+    random_state) → labels of shape (n_items, n_clusterings). X may be dense or scipy-sparse.
+
+    Cost: n_clusterings × O(n d k iters)."""
+    return _ensemble(X, np.full(n_clusterings, n_clusters), random_state)
+
+
+def kmeans_ensemble_random_k(
+    X, n_clusterings: int, k_range: tuple[int, int], random_state=None
+) -> np.ndarray:
+    """As kmeans_ensemble, with each run's k drawn uniformly from [k_min, k_max] (inclusive), the
+    way the literature's pools are built (e.g. k in [c, min(√n, 50)])."""
+    rng = check_random_state(random_state)
+    k_min, k_max = k_range
+    if not 1 <= k_min <= k_max:
+        raise ValueError(f"k_range must satisfy 1 ≤ k_min ≤ k_max; got {k_range}.")
+    ks = rng.randint(k_min, k_max + 1, size=n_clusterings)
+    return _ensemble(X, ks, rng)
+
+
+def _ensemble(X, ks: np.ndarray, random_state) -> np.ndarray:
+    rng = check_random_state(random_state)
+    n = X.shape[0]
+    if n_bad := int((ks > n).sum()):
+        raise ValueError(f"{n_bad} clusterings ask for more clusters than the {n} items.")
+    seeds = rng.randint(0, 2**31 - 1, size=len(ks))
+    out = np.empty((n, len(ks)), dtype=np.int64)
+    for j, (k, seed) in enumerate(zip(ks, seeds, strict=True)):
+        km = KMeans(n_clusters=int(k), n_init=1, init="k-means++", random_state=int(seed))
+        out[:, j] = km.fit_predict(X)
+    return out

@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+
+from adseg.consensus import assign_labels, check_labels, co_association, incidence_matrix, relabel
+from adseg.metrics import clustering_accuracy, pair_consistency
+
+
+def test_co_association_matches_pair_definition():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, size=(30, 5))
+    M = co_association(labels)
+    brute = (labels[:, None, :] == labels[None, :, :]).mean(axis=2)
+    np.testing.assert_allclose(M, brute, atol=1e-12)
+
+
+def test_co_association_missing_divides_by_covering_columns():
+    labels = np.array([[0, 0], [0, -1], [1, 0]])
+    M = co_association(labels)
+    # items 0,1 only both covered in column 0, where they are together
+    assert M[0, 1] == 1.0
+    # items 0,2: together in column 1 only
+    assert M[0, 2] == 0.5
+    # items 1,2: covered together only by column 0, apart there
+    assert M[1, 2] == 0.0
+    np.testing.assert_allclose(M, M.T)
+
+
+def test_relabel_first_appearance():
+    out = relabel(np.array([[7, -1], [3, 5], [7, 5]]))
+    np.testing.assert_array_equal(out, [[0, -1], [1, 0], [0, 0]])
+
+
+def test_incidence_shape():
+    Y = incidence_matrix(np.array([[0, 1], [1, 1], [2, 0]]))
+    assert Y.shape == (3, 5)
+    np.testing.assert_array_equal(Y.sum(axis=1).A.ravel(), [2, 2, 2])
+
+
+@pytest.mark.parametrize(
+    "bad, err",
+    [
+        (np.zeros(5, dtype=int), ValueError),
+        (np.zeros((5, 0), dtype=int), ValueError),
+        (np.array([[0.5, 1.0]]), TypeError),
+        (np.array([["a", "b"]]), TypeError),
+        (np.array([[0, -1], [1, -1]]), ValueError),
+        (np.array([[0, -2]]), ValueError),
+    ],
+)
+def test_check_labels_rejects(bad, err):
+    with pytest.raises(err):
+        check_labels(bad)
+
+
+def test_assign_labels_methods_recover_blocks():
+    emb = np.repeat(np.eye(3), 10, axis=0) + 0.01 * np.random.default_rng(1).normal(size=(30, 3))
+    truth = np.repeat(np.arange(3), 10)
+    for method in ("kmeans", "cluster_qr"):
+        assert clustering_accuracy(truth, assign_labels(emb, 3, method=method, random_state=0)) == 1
+
+
+def test_pair_consistency_matches_brute_force():
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 4, 60), rng.integers(0, 3, 60)
+    iu = np.triu_indices(60, 1)
+    same_a = (a[:, None] == a[None, :])[iu]
+    same_b = (b[:, None] == b[None, :])[iu]
+    agree, disagree = pair_consistency(a, b)
+    assert agree == pytest.approx((same_a == same_b).mean())
+    assert disagree == pytest.approx(1 - agree)
+
+
+def test_clustering_accuracy_rectangular():
+    assert clustering_accuracy([0, 0, 1, 1], [0, 1, 2, 2]) == 0.75
