@@ -19,6 +19,9 @@ FUSERS: dict[str, type[BaseFuser]] = {}
 
 # Each fuser module registers itself here (one line each, in the order users see them).
 # --- fuser registrations (begin) ---
+from adseg.consensus.sccbg import SCCBG  # noqa: E402
+
+FUSERS["sccbg"] = FUSERS["spcc"] = SCCBG
 # --- fuser registrations (end) ---
 
 __all__ = [

@@ -1,0 +1,594 @@
+"""SCCBG (a.k.a. SPCC): self-paced consensus clustering on the instance–cluster bipartite graph.
+
+Zhou, Du, Li, *Self-paced Consensus Clustering with Bipartite Graph* (IJCAI 2020); the
+implementation follows ``shared/specs/sccbg.md`` (section numbers below refer to it).
+
+Model (spec §2). Y (n × k, k = Σ_b k_b) is the one-hot instance–cluster incidence of the m base
+clusterings, C = YᵀY (k × k) the cluster co-membership counts. SCCBG learns a bipartite graph
+S ∈ [0,1]^{n×k} and entry reliabilities W ∈ [0,1]^{n×k} by minimising
+
+    ‖W⊙(S−Y)‖² − λ ΣW + γ Σ_i Σ_pq C_pq (S_ip − S_iq)² W_ip W_iq + ρ tr(Fᵀ L(S) F),  FᵀF = I,
+
+with λ doubling every outer iteration (self-paced "age"), ρ adapted until the graph
+[[0,S],[Sᵀ,0]] has exactly c connected components, and labels read off those components.
+
+Implementation choices (all exact reformulations unless marked *deviation*):
+
+* **Block coordinate descent over base clusterings.** Both row problems (W-step §3.1, S-step
+  §3.3) couple p and q only through C_pq, and C_pq = 0 for two clusters of the same base
+  clustering (they are disjoint). So all k_b coordinates of one base clustering are mutually
+  independent given the others: updating them at once is *exactly* the spec's cyclic coordinate
+  descent (same iterates as the ascending column order), but each update is one GEMM
+  (n × k times k × k_b) over all rows at once instead of k_b GEMVs. Per sweep O(n k²) flops.
+* **Spectral step through the k × k Gram matrix** Ŝᵀ Ŝ (Nie et al.'s device, spec §3.2): one GEMM
+  O(n k²) plus an O(k³) eigendecomposition; U = Ŝ V Σ⁻¹ for the top c+1 triplets. The paper's
+  "smallest singular values" is read as the largest (spec A1); F = [U; V]/√2 (A2).
+* **Duplicate rows are fused** (``compress=True``): items with identical label rows have identical
+  rows of Y, and every step of the algorithm is row-wise given the shared quantities (C, degrees
+  of the cluster nodes, V), so their rows of S and W stay identical for ever. We therefore run on
+  the u ≤ n distinct rows, weighting the column sums, C and the Gram matrix by multiplicities.
+  The result is identical to the uncompressed run (tested); it only saves time when rows repeat.
+* **W-step skip**: W ≡ 1 is a fixed point whenever λ ≥ 2·max A² + 2γ·max_p Σ_{q≠p} C_pq
+  (spec §2.4); then the W-step is skipped (it would return W unchanged).
+* Missing labels (-1) are supported: an item missing from clustering b has no edge to b's
+  clusters (its row of Y has no one in block b). Within-block entries of C stay zero, so every
+  equation of the spec holds unchanged; an item missing everywhere is an isolated instance.
+* Label extraction (§3.6): components of {S > edge_tol} with ``scipy.sparse.csgraph``; isolated
+  instances attached by co-association; K > c merged greedily by average co-association; K < c
+  k-means on the row-normalised spectral embedding. ``labels_path_`` says which path was used.
+* γ (the paper tunes it on the ground truth): ``gamma="auto"`` picks, from ``gamma_grid``, the γ
+  whose consensus has the highest average NMI with the base clusterings (ANMI, Strehl & Ghosh
+  2002) — a label-free rule; ties go to the smaller γ; runs that needed a fallback lose to runs
+  that did not. The default is the spec's literal γ = 1e-4.
+* SCCBG-W (the ablation) is ``learn_weights=False``: W ≡ 1 fixed.
+
+Cost: time O(n_iter · (T_W + T_S + 1) · u k²) with T_W, T_S the inner sweeps (typically a handful);
+memory about 8 dense u × k float64 arrays plus k × k — **no n × n array anywhere** — plus the two
+n × k outputs ``graph_`` and ``edge_weights_``. Linear in n at fixed k.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+from sklearn.cluster import KMeans
+
+from adseg.consensus._base import MISSING, BaseFuser, relabel
+
+DEFAULT_GAMMA_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+_DEN_EPS = 1e-12
+_DEG_EPS = 1e-12
+
+
+# ----------------------------------------------------------------------------------------------
+# building blocks (module level so the tests can check them against the spec's identities)
+# ----------------------------------------------------------------------------------------------
+
+
+def membership_matrix(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense one-hot Y (n × k, float64) of validated labels, blocks in clustering order, labels
+    sorted within a block; missing (-1) entries give no one. Also returns ``block`` (k,): the base
+    clustering of each column. Memory n × k float64."""
+    n, m = labels.shape
+    blocks, cols = [], []
+    for b in range(m):  # loop over clusterings (few)
+        col = labels[:, b]
+        ok = col != MISSING
+        values, inverse = np.unique(col[ok], return_inverse=True)
+        onehot = np.zeros((n, values.size))
+        onehot[np.nonzero(ok)[0], inverse] = 1.0
+        cols.append(onehot)
+        blocks.append(np.full(values.size, b))
+    return np.hstack(cols), np.concatenate(blocks)
+
+
+def phi(S: np.ndarray, W: np.ndarray, C: np.ndarray, mult: np.ndarray | None = None) -> float:
+    """Φ(S,W) = Σ_i Σ_pq C_pq (S_ip − S_iq)² W_ip W_iq in O(n k²) (spec §2.2), rows weighted by
+    ``mult``."""
+    mult = np.ones(S.shape[0]) if mult is None else mult
+    SW = S * W
+    per_row = 2.0 * np.einsum("ip,ip->i", S * SW, W @ C) - 2.0 * np.einsum("ip,ip->i", SW, SW @ C)
+    return float(mult @ per_row)
+
+
+def spectral(
+    S: np.ndarray, mult: np.ndarray, n_vectors: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Top ``n_vectors`` singular triplets of Ŝ = D_u^{-1/2} S D_v^{-1/2} (spec §3.2), where rows
+    of S stand for ``mult`` identical instances each.
+
+    Returns (σ (n_vectors,), U (u × n_vectors), V (k × n_vectors), du (u,), dv (k,)); σ beyond
+    the rank are 0. Via the k × k Gram matrix: O(u k² + k³) time, one u × k temporary.
+    """
+    u, k = S.shape
+    du = S.sum(axis=1)
+    dv = mult @ S
+    su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
+    sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
+    S_hat = S * su[:, None] * sv[None, :]
+    gram = S_hat.T @ (S_hat * mult[:, None])
+    r = min(n_vectors, k)
+    vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
+    vals, vecs = vals[::-1], vecs[:, ::-1]
+    sig = np.sqrt(np.clip(vals, 0.0, None))
+    # The Gram route squares σ; σ ≤ 1 holds exactly in theory, so clip the rounding above 1.
+    sig = np.minimum(sig, 1.0)
+    U = S_hat @ vecs
+    nz = sig > 1e-10
+    U[:, nz] /= sig[nz]
+    U[:, ~nz] = 0.0
+    if r < n_vectors:
+        pad = n_vectors - r
+        sig = np.concatenate([sig, np.zeros(pad)])
+        U = np.hstack([U, np.zeros((u, pad))])
+        vecs = np.hstack([vecs, np.zeros((k, pad))])
+    return sig, U, vecs, du, dv
+
+
+def h_matrix(U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray) -> np.ndarray:
+    """H_ij = ½‖a_i − b_j‖², a = U/√du, b = V/√dv (spec §3.2): the linear coefficient of S in the
+    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM."""
+    a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
+    b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
+    H = 0.5 * ((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]) - a @ b.T
+    return np.maximum(H, 0.0)
+
+
+def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
+    """J(S, W) of Eq. 8 with the rank term written Σ S⊙H (H from the current F), rows weighted by
+    ``mult``. Only for diagnostics and tests."""
+    mult = np.ones(S.shape[0]) if mult is None else mult
+    fit = mult @ ((W * (S - Y)) ** 2).sum(1) - lam * (mult @ W.sum(1))
+    return float(fit + gamma * phi(S, W, C, mult) + rho * (mult @ (S * H).sum(1)))
+
+
+def w_step(
+    S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100
+) -> tuple[np.ndarray, int]:
+    """Paper Eq. 9 (spec §3.1): exact block coordinate descent on the non-convex box QPs of all rows
+    at once, warm-started from W (modified in place and returned with the sweep count).
+
+    ``C_off`` is C with a zero diagonal; ``blocks`` lists the column index arrays of the base
+    clusterings. Each coordinate is set to its exact 1-D minimiser, so the objective never
+    increases and the fixed point satisfies W = clip((λ − 2γ g)/(2A²), 0, 1).
+    """
+    u, k = S.shape
+    A2 = (S - Y) ** 2
+    S2 = S * S
+    # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W; one GEMM of the stacked (3u × k) matrix per block.
+    T = np.empty((3, u, k))
+    T[0] = W
+    np.multiply(S, W, out=T[1])
+    np.multiply(S2, W, out=T[2])
+    flat = T.reshape(3 * u, k)
+    sweeps = 0
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
+        delta = 0.0
+        for J in blocks:  # loop over base clusterings
+            P = (flat @ C_off[:, J]).reshape(3, u, J.size)
+            Sj = S[:, J]
+            g = np.maximum(S2[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
+            num = lam - 2.0 * gamma * g
+            den = 2.0 * A2[:, J]
+            old = W[:, J]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                new = np.where(
+                    den > _DEN_EPS,
+                    np.clip(num / den, 0.0, 1.0),
+                    np.where(num > 0, 1.0, np.where(num < 0, 0.0, old)),
+                )
+            delta = max(delta, float(np.max(np.abs(new - old), initial=0.0)))
+            W[:, J] = new
+            T[0][:, J] = new
+            T[1][:, J] = Sj * new
+            T[2][:, J] = S2[:, J] * new
+        if delta < tol:
+            break
+    return W, sweeps
+
+
+def s_step(
+    S, W, Y, C_off, blocks, gamma, rho, H, *, weights_are_one=False, tol=1e-6, max_sweeps=100
+) -> tuple[np.ndarray, int]:
+    """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
+    at once, warm-started from S (modified in place and returned with the sweep count).
+
+    ``weights_are_one`` (W ≡ 1) saves one GEMM per block: Σ_q C_pq W_iq is then a constant row.
+    """
+    u, k = S.shape
+    W2 = W * W
+    WS = S if weights_are_one else S * W
+    if weights_are_one:
+        r_const = C_off.sum(axis=0)
+    sweeps = 0
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
+        delta = 0.0
+        for J in blocks:  # loop over base clusterings
+            Wj = W[:, J]
+            t = WS @ C_off[:, J]
+            r = r_const[J][None, :] if weights_are_one else W @ C_off[:, J]
+            num = 2.0 * W2[:, J] * Y[:, J] + 4.0 * gamma * Wj * t - rho * H[:, J]
+            den = 2.0 * W2[:, J] + 4.0 * gamma * Wj * r
+            old = S[:, J]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                new = np.where(
+                    den > _DEN_EPS,
+                    np.clip(num / den, 0.0, 1.0),
+                    np.where(H[:, J] > 0, 0.0, old),
+                )
+            delta = max(delta, float(np.max(np.abs(new - old), initial=0.0)))
+            S[:, J] = new
+            if not weights_are_one:
+                WS[:, J] = new * Wj
+        if delta < tol:
+            break
+    return S, sweeps
+
+
+# ----------------------------------------------------------------------------------------------
+# the estimator
+# ----------------------------------------------------------------------------------------------
+
+
+class SCCBG(BaseFuser):
+    """Self-paced consensus clustering on the bipartite graph (SCCBG / SPCC; SCCBG-W with
+    ``learn_weights=False``).
+
+    Parameters
+    ----------
+    n_clusters : c, the number of final clusters (1 ≤ c ≤ total number of base clusters).
+    gamma : γ ≥ 0, weight of the cluster-consistency term (the paper's only tuned parameter), or
+        "auto": choose from ``gamma_grid`` by average NMI with the base clusterings (no labels).
+    learn_weights : True = SCCBG; False = SCCBG-W (W ≡ 1, the paper's ablation).
+    lambda0, rho0 : initial pace λ (doubled every iteration) and rank weight ρ (paper: 0.5, 1).
+    max_iter : outer iterations (spec §3.5: 50).
+    tol : relative ‖ΔS‖_F below which the run stops once exactly c components are found.
+    rank_tol : spectral component test Σ_{i≤c}(1 − σ_i) (spec §3.4).
+    edge_tol : S_ij above this is an edge when reading components.
+    inner_tol, max_sweeps : stopping rule of the block coordinate descents (max |Δ| per sweep).
+    gamma_grid : candidates for ``gamma="auto"``.
+    compress : fuse items with identical label rows (exact; see the module docstring).
+    random_state : seeds the k-means fallback only (the rest is deterministic).
+
+    Attributes
+    ----------
+    labels_ : (n,) int64 in 0..c-1.
+    graph_ : (n, k) float64, the learned bipartite graph S.
+    edge_weights_ : (n, k) float64, the learned reliabilities W (all ones for SCCBG-W); a small
+        W_ij marks the instance–cluster entry (i, j) as judged unreliable.
+    min_edge_weights_ : (n, k) float64, the lowest W_ij reached during the run. Because λ doubles
+        without bound, W returns to 1 once the self-paced phase ends (spec §2.4), so this is where
+        the entries excluded early (W = 0 while the pace was small) remain visible.
+    cluster_ids_ : (k, 2) int64, (base clustering, original label) of each column of S and W.
+    labels_path_ : how labels were read: "components" (exactly c components, the paper's path),
+        "merge" (K > c, merged), "kmeans" (K < c, k-means on the embedding), "trivial" (c = 1);
+        suffix "+isolated" when isolated instances were attached by co-association.
+    fallback_used_ : labels_path_ is not "components"/"trivial".
+    n_components_found_, n_isolated_instances_, n_iter_, converged_, gamma_,
+    lambda_history_, rho_history_, singular_values_ (last top c+1 σ), n_unique_rows_,
+    gamma_scores_ (for "auto": {γ: (ANMI, fallback_used)}).
+
+    Cost: O(n k) memory (no n × n array), O(n_iter · sweeps · u k²) time; see the module docstring.
+    """
+
+    allow_missing = True
+
+    def __init__(
+        self,
+        n_clusters: int = 2,
+        *,
+        gamma: float | str = 1e-4,
+        learn_weights: bool = True,
+        lambda0: float = 0.5,
+        rho0: float = 1.0,
+        max_iter: int = 50,
+        tol: float = 1e-4,
+        rank_tol: float = 1e-7,
+        edge_tol: float = 1e-6,
+        inner_tol: float = 1e-6,
+        max_sweeps: int = 100,
+        gamma_grid: tuple[float, ...] = DEFAULT_GAMMA_GRID,
+        compress: bool = True,
+        random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.gamma = gamma
+        self.learn_weights = learn_weights
+        self.lambda0 = lambda0
+        self.rho0 = rho0
+        self.max_iter = max_iter
+        self.tol = tol
+        self.rank_tol = rank_tol
+        self.edge_tol = edge_tol
+        self.inner_tol = inner_tol
+        self.max_sweeps = max_sweeps
+        self.gamma_grid = gamma_grid
+        self.compress = compress
+        self.random_state = random_state
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        def positive(name, value, strict=True):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name} must be a real number; got {value!r}.")
+            if not np.isfinite(value) or value < 0 or (strict and value == 0):
+                raise ValueError(f"{name} must be {'> 0' if strict else '≥ 0'}; got {value!r}.")
+
+        if isinstance(self.gamma, str):
+            if self.gamma != "auto":
+                raise ValueError(f"gamma must be a number ≥ 0 or 'auto'; got {self.gamma!r}.")
+            if len(self.gamma_grid) == 0:
+                raise ValueError("gamma_grid is empty.")
+            for g in self.gamma_grid:
+                positive("gamma_grid entries", g, strict=False)
+        else:
+            positive("gamma", self.gamma, strict=False)
+        for name in ("lambda0", "rho0", "tol", "rank_tol", "inner_tol"):
+            positive(name, getattr(self, name))
+        positive("edge_tol", self.edge_tol, strict=False)
+        for name in ("max_iter", "max_sweeps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an integer ≥ 1; got {v!r}.")
+
+    # -- fit -----------------------------------------------------------------------------------
+
+    def _fit(self, labels: np.ndarray) -> None:
+        self._check_params()
+        c = int(self.n_clusters)
+        n, m = labels.shape
+        labels = relabel(labels)
+        if self.compress:
+            uniq, first, inverse, mult = np.unique(
+                labels, axis=0, return_index=True, return_inverse=True, return_counts=True
+            )
+            inverse = inverse.ravel()
+        else:
+            uniq, first = labels, np.arange(n)
+            inverse, mult = np.arange(n), np.ones(n, dtype=np.int64)
+        Y, block_of = membership_matrix(uniq)
+        k = Y.shape[1]
+        if c > k:
+            raise ValueError(
+                f"n_clusters={c} exceeds the {k} clusters of all base clusterings together."
+            )
+        if c > uniq.shape[0]:
+            raise ValueError(
+                f"n_clusters={c} exceeds the {uniq.shape[0]} distinct label rows: items with "
+                "identical base labels cannot be told apart."
+            )
+        cluster_ids = np.empty((k, 2), dtype=np.int64)
+        cluster_ids[:, 0] = block_of
+        for b in range(m):  # loop over clusterings
+            cluster_ids[block_of == b, 1] = np.unique(labels[labels[:, b] != MISSING, b])
+        self.cluster_ids_ = cluster_ids
+        self.n_unique_rows_ = int(uniq.shape[0])
+        mult = mult.astype(np.float64)
+
+        if self.gamma == "auto":
+            scores, best = {}, None
+            for g in self.gamma_grid:  # loop over candidate γ (few)
+                run = self._run(Y, mult, block_of, first, float(g), c)
+                full = run["labels"][inverse]
+                score = _anmi(full, labels)
+                scores[float(g)] = (score, run["fallback"])
+                key = (not run["fallback"], score)
+                if best is None or key > best[0]:  # strict: ties keep the smaller γ
+                    best = (key, float(g), run)
+            self.gamma_scores_ = scores
+            self.gamma_ = best[1]
+            run = best[2]
+        else:
+            self.gamma_ = float(self.gamma)
+            run = self._run(Y, mult, block_of, first, self.gamma_, c)
+
+        self.labels_ = run["labels"][inverse]
+        self.graph_ = run["S"][inverse]
+        self.edge_weights_ = run["W"][inverse]
+        self.min_edge_weights_ = run["W_min"][inverse]
+        for key in (
+            "labels_path",
+            "fallback_used",
+            "n_components_found",
+            "n_isolated_instances",
+            "n_iter",
+            "converged",
+            "lambda_history",
+            "rho_history",
+            "singular_values",
+            "sweeps_history",
+        ):
+            setattr(self, key + "_", run[key])
+
+    def _run(self, Y, mult, block_of, first, gamma, c) -> dict:
+        """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7)."""
+        u, k = Y.shape
+        m = int(block_of.max()) + 1
+        blocks = [np.nonzero(block_of == b)[0] for b in range(m)]
+        C = Y.T @ (Y * mult[:, None])
+        C_off = C.copy()
+        np.fill_diagonal(C_off, 0.0)
+        max_coupling = float(C_off.sum(axis=0).max())
+
+        S = Y.copy()
+        W = np.ones_like(Y)
+        w_is_one = True
+        W_min = W.copy()  # lowest weight each entry reached: W itself ends ≡ 1 as λ grows
+        lam, rho = float(self.lambda0), float(self.rho0)
+        if c == 1:
+            return self._result(
+                np.zeros(u, dtype=np.int64), "trivial", S, W, 0, True, c, [], [], []
+            )
+        sig, U, V, du, dv = spectral(S, mult, c + 1)
+        lam_hist, rho_hist, sweeps_hist = [], [], []
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - n_iter is reported
+            lam_hist.append(lam)
+            rho_hist.append(rho)
+            sw = 0
+            if self.learn_weights:
+                # W ≡ 1 is a fixed point once λ ≥ 2 max A² + 2γ max_p Σ_q C_pq (spec §2.4).
+                a2max = float(np.max((S - Y) ** 2, initial=0.0))
+                if not (w_is_one and lam >= 2.0 * a2max + 2.0 * gamma * max_coupling):
+                    W, sw = w_step(
+                        S, W, Y, C_off, blocks, lam, gamma,
+                        tol=self.inner_tol, max_sweeps=self.max_sweeps,
+                    )  # fmt: skip
+                    w_is_one = bool(np.all(W == 1.0))
+                    np.minimum(W_min, W, out=W_min)
+            H = h_matrix(U[:, :c], V[:, :c], du, dv)
+            S_prev = S.copy()
+            S, ss = s_step(
+                S, W, Y, C_off, blocks, gamma, rho, H,
+                weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
+            )  # fmt: skip
+            sweeps_hist.append((sw, ss))
+            dS = np.sqrt(mult @ ((S - S_prev) ** 2).sum(1)) / max(
+                np.sqrt(mult @ (S_prev**2).sum(1)), 1e-12
+            )
+            sig, U, V, du, dv = spectral(S, mult, c + 1)
+            fn1 = float(np.sum(1.0 - sig[:c]))
+            fn2 = fn1 + float(1.0 - sig[c])
+            exact_c = False
+            if fn1 > self.rank_tol:
+                rho *= 2.0
+            elif fn2 < self.rank_tol:
+                rho /= 2.0
+            else:
+                exact_c = True
+            lam *= 2.0
+            if exact_c and dS < self.tol:
+                converged = True
+                break
+        labels, path, n_comp, n_iso = self._extract(S, Y, mult, U[:, :c], first, c)
+        out = self._result(
+            labels, path, S, W, n_iter, converged, c, lam_hist, rho_hist, sweeps_hist
+        )
+        out.update(
+            singular_values=sig, n_components_found=n_comp, n_isolated_instances=n_iso, W_min=W_min
+        )
+        return out
+
+    @staticmethod
+    def _result(labels, path, S, W, n_iter, converged, c, lam_hist, rho_hist, sweeps_hist):
+        return {
+            "labels": labels,
+            "labels_path": path,
+            "fallback_used": path not in ("components", "trivial"),
+            "S": S,
+            "W": W,
+            "n_iter": n_iter,
+            "converged": converged,
+            "lambda_history": np.asarray(lam_hist),
+            "rho_history": np.asarray(rho_hist),
+            "sweeps_history": sweeps_hist,
+            "singular_values": np.ones(1),
+            "n_components_found": c,
+            "n_isolated_instances": 0,
+            "W_min": W,
+        }
+
+    def _extract(self, S, Y, mult, U, first, c) -> tuple[np.ndarray, str, int, int]:
+        """Labels from the connected components of {S > edge_tol} (spec §3.6), with fallbacks.
+        Works on the u distinct rows; ``first`` gives each row's lowest original item index so the
+        numbering follows the original item order. Memory O(u k) (a sparse adjacency)."""
+        u, k = S.shape
+        m = float(np.max(Y.sum(1)))  # clusterings per item (co-association denominator)
+        A = sp.csr_matrix(S > self.edge_tol)
+        graph = sp.bmat([[None, A], [A.T, None]], format="csr")
+        _, comp = connected_components(graph, directed=False)
+        comp = comp[:u]
+        isolated = np.asarray(A.sum(axis=1)).ravel() == 0
+        n_iso = int(mult[isolated].sum())
+        # Number the non-trivial components by their lowest original item index.
+        ids = np.unique(comp[~isolated])
+        lowest = np.full(ids.size, np.iinfo(np.int64).max)
+        pos = np.searchsorted(ids, comp[~isolated])
+        np.minimum.at(lowest, pos, first[~isolated])
+        rank = np.empty(ids.size, dtype=np.int64)
+        rank[np.argsort(lowest)] = np.arange(ids.size)
+        labels = np.full(u, -1, dtype=np.int64)
+        labels[~isolated] = rank[pos]
+        K = int(ids.size)
+
+        if K == c:
+            path = "components"
+        elif K > c:
+            path = "merge"
+            labels[~isolated] = _merge_components(
+                labels[~isolated], Y[~isolated], mult[~isolated], K, c, m
+            )
+        else:
+            path = "kmeans"
+            keep = ~isolated
+            X = U[keep]
+            norms = np.linalg.norm(X, axis=1, keepdims=True)
+            X = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+            km = KMeans(n_clusters=c, n_init=10, random_state=self._rng.randint(2**31 - 1))
+            labels[keep] = km.fit_predict(X, sample_weight=mult[keep])
+            labels[keep] = _renumber(labels[keep], first[keep], c)
+        if isolated.any():
+            path += "+isolated"
+            if K == 0:
+                labels[isolated] = 0
+            else:
+                # Mean co-association of each isolated row with each final cluster.
+                onehot = sp.csr_matrix(
+                    (mult[~isolated], (labels[~isolated], np.nonzero(~isolated)[0])), shape=(c, u)
+                )
+                M = np.asarray(onehot @ Y)  # c × k: Σ of member rows per cluster
+                size = np.asarray(onehot.sum(axis=1)).ravel()
+                score = (Y[isolated] @ M.T) / (m * np.maximum(size, 1.0))[None, :]
+                labels[isolated] = np.argmax(score, axis=1)  # ties → lowest label
+        return labels, path, K, n_iso
+
+
+def _merge_components(labels, Y, mult, K, c, m) -> np.ndarray:
+    """Greedy merge of K > c components by highest average co-association (M_P·M_Q)/(m|P||Q|)
+    until c remain; numbering kept in order of the lowest label. O((K−c) K² + u k)."""
+    M = np.zeros((K, Y.shape[1]))
+    np.add.at(M, labels, Y * mult[:, None])
+    size = np.bincount(labels, weights=mult, minlength=K).astype(np.float64)
+    alive = np.ones(K, dtype=bool)
+    target = np.arange(K)
+    for _ in range(K - c):  # loop over merges
+        G = (M @ M.T) / (m * np.outer(size, size))
+        G[~alive, :] = -np.inf
+        G[:, ~alive] = -np.inf
+        np.fill_diagonal(G, -np.inf)
+        p, q = np.unravel_index(np.argmax(G), G.shape)
+        p, q = min(p, q), max(p, q)
+        M[p] += M[q]
+        size[p] += size[q]
+        alive[q] = False
+        target[target == q] = p
+    kept = np.nonzero(alive)[0]
+    new_id = np.full(K, -1)
+    new_id[kept] = np.arange(kept.size)
+    return new_id[target[labels]]
+
+
+def _renumber(labels, first, c) -> np.ndarray:
+    """Number clusters in order of their lowest original item index (deterministic output)."""
+    lowest = np.full(c, np.iinfo(np.int64).max)
+    np.minimum.at(lowest, labels, first)
+    rank = np.empty(c, dtype=np.int64)
+    rank[np.argsort(lowest)] = np.arange(c)
+    return rank[labels]
+
+
+def _anmi(pred: np.ndarray, labels: np.ndarray) -> float:
+    """Average NMI between a partition and the base clusterings (missing entries left out)."""
+    from adseg.metrics import nmi
+
+    scores = []
+    for b in range(labels.shape[1]):  # loop over clusterings
+        ok = labels[:, b] != MISSING
+        scores.append(nmi(labels[ok, b], pred[ok]))
+    return float(np.mean(scores))
