@@ -22,6 +22,9 @@ FUSERS: dict[str, type[BaseFuser]] = {}
 from adseg.consensus.sccbg import SCCBG  # noqa: E402
 
 FUSERS["sccbg"] = FUSERS["spcc"] = SCCBG
+from adseg.consensus.trce import TRCE  # noqa: E402
+
+FUSERS["trce"] = TRCE
 # --- fuser registrations (end) ---
 
 __all__ = [
