@@ -14,3 +14,49 @@ def shared_datasets():
     if root is None:
         pytest.skip("../shared/datasets not found (benchmark data are not part of the project)")
     return root / "datasets"
+
+
+# --- databases: every store/ingest test runs on SQLite and, when configured, PostgreSQL --------
+
+import os  # noqa: E402
+
+from sqlalchemy import text  # noqa: E402
+
+POSTGRES_ENV = "ADSEG_TEST_POSTGRES_URL"
+
+
+def _reset_postgres(url: str):
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    return engine
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A URL to an EMPTY database: a fresh SQLite file, or the PostgreSQL test server wiped clean
+    (skipped with a reason when $ADSEG_TEST_POSTGRES_URL is not set)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'adseg.db'}"
+        return
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"PostgreSQL tests need ${POSTGRES_ENV} (CI sets it; see README)")
+    engine = _reset_postgres(url)
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def engine(db_url):
+    """An engine on an empty database migrated to the newest revision."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    eng = make_engine(db_url)
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()

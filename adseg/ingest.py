@@ -1,0 +1,328 @@
+"""Read and validate ingest files (CSV, CSV.gz or Parquet; one file per table) into typed frames.
+
+Pure: no SQL here. ``adseg.store.load`` writes a validated batch in one transaction.
+
+Formats (DESIGN.md §3); prices are eCPM (currency per 1000 impressions), spend is currency:
+* advertisers: advertiser_id, name, description
+* auctions: auction_id, advertiser_id, ts, bid_ecpm, market_price_ecpm, won, paid_ecpm (empty when
+  lost)
+* delivery: advertiser_id, date, bid_requests, bid_ecpm, impressions, spend
+
+Row numbers in error messages count data records from 1 (the header is not a row), so "row 3" is
+the third record of the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+TABLES = ("advertisers", "auctions", "delivery")
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "advertisers": ("advertiser_id", "name", "description"),
+    "auctions": (
+        "auction_id",
+        "advertiser_id",
+        "ts",
+        "bid_ecpm",
+        "market_price_ecpm",
+        "won",
+        "paid_ecpm",
+    ),
+    "delivery": ("advertiser_id", "date", "bid_requests", "bid_ecpm", "impressions", "spend"),
+}
+KEYS: dict[str, tuple[str, ...]] = {
+    "advertisers": ("advertiser_id",),
+    "auctions": ("auction_id",),
+    "delivery": ("advertiser_id", "date"),
+}
+SUFFIXES = (".csv", ".csv.gz", ".parquet")
+MAX_ID_LENGTH = 64
+MAX_NAME_LENGTH = 512
+MICROS = 1_000_000
+MAX_ROWS_SHOWN = 5
+_TRUE = {"true", "t", "1", "yes", "y"}
+_FALSE = {"false", "f", "0", "no", "n"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken rule in one file: the file, the rule and the first offending rows (1-based)."""
+
+    file: str
+    rule: str
+    rows: tuple[int, ...] = ()
+    n_rows: int = 0
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return f"{self.file}: {self.rule}"
+        shown = ", ".join(str(r) for r in self.rows)
+        more = f" (and {self.n_rows - len(self.rows)} more)" if self.n_rows > len(self.rows) else ""
+        label = "row" if self.n_rows == 1 else "rows"
+        return f"{self.file}: {label} {shown}{more}: {self.rule}"
+
+
+class IngestError(ValueError):
+    """Validation failed; nothing was written. ``problems`` lists every broken rule."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+@dataclass
+class IngestBatch:
+    """Validated, typed frames ready to write (absent tables are None). Money is in micros."""
+
+    advertisers: pd.DataFrame | None = None
+    auctions: pd.DataFrame | None = None
+    delivery: pd.DataFrame | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def rows(self) -> dict[str, int]:
+        return {t: (0 if getattr(self, t) is None else len(getattr(self, t))) for t in TABLES}
+
+
+def find_table_files(directory: Path) -> dict[str, Path]:
+    """Map each table to its file in ``directory`` (advertisers.csv, auctions.csv.gz, …).
+    Raises IngestError if the directory is missing, has none of the tables, or has two files for
+    one table."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise IngestError([Problem(str(directory), "not a directory")])
+    found: dict[str, Path] = {}
+    problems = []
+    for table in TABLES:
+        paths = [
+            directory / f"{table}{s}" for s in SUFFIXES if (directory / f"{table}{s}").exists()
+        ]
+        if len(paths) > 1:
+            names = ", ".join(p.name for p in paths)
+            problems.append(Problem(str(directory), f"two files for table {table}: {names}"))
+        elif paths:
+            found[table] = paths[0]
+    if not found and not problems:
+        expected = ", ".join(f"{t}.csv[.gz]|.parquet" for t in TABLES)
+        problems.append(Problem(str(directory), f"no ingest files found (expected {expected})"))
+    if problems:
+        raise IngestError(problems)
+    return found
+
+
+def read_directory(directory: Path, known_advertisers: set[str] | frozenset = frozenset()):
+    """Read and validate every table file in ``directory``. ``known_advertisers`` are the ids the
+    database already has (auctions/delivery may refer to them). Returns an IngestBatch; raises
+    IngestError listing every problem found (across all files) otherwise."""
+    files = find_table_files(directory)
+    problems: list[Problem] = []
+    batch = IngestBatch(files=files)
+    raw = {}
+    for table, path in files.items():
+        try:
+            raw[table] = read_table_file(path)
+        except Exception as exc:  # unreadable file: say which and why, check the others too
+            problems.append(Problem(str(path), f"cannot be read: {exc}"))
+    validators = {
+        "advertisers": validate_advertisers,
+        "auctions": validate_auctions,
+        "delivery": validate_delivery,
+    }
+    for table, frame in raw.items():
+        typed, found = validators[table](frame, str(files[table]))
+        problems += found
+        setattr(batch, table, typed)
+    if batch.advertisers is not None:
+        known = set(known_advertisers) | set(batch.advertisers["advertiser_id"])
+    else:
+        known = set(known_advertisers)
+    for table in ("auctions", "delivery"):
+        frame = getattr(batch, table)
+        if frame is not None and "advertiser_id" in frame:
+            unknown = ~frame["advertiser_id"].isin(known).to_numpy()
+            problems += _rows_problem(str(files[table]), unknown, "unknown advertiser_id")
+    if problems:
+        raise IngestError(problems)
+    return batch
+
+
+def read_table_file(path: Path) -> pd.DataFrame:
+    """Read one file with every column as text (CSV) or as stored (Parquet), no NA guessing."""
+    path = Path(path)
+    if path.name.endswith(".parquet"):
+        return pd.read_parquet(path)
+    return pd.read_csv(
+        path,
+        dtype=str,
+        keep_default_na=False,
+        na_values=[],
+        encoding="utf-8",
+        compression="infer",
+    )
+
+
+def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | None, list]:
+    problems = _check_columns(frame, "advertisers", file)
+    if problems:
+        return None, problems
+    out = pd.DataFrame(
+        {
+            "advertiser_id": _text(frame["advertiser_id"]),
+            "name": _text(frame["name"]),
+            "description": _text(frame["description"]),
+        }
+    )
+    problems += _check_id(out["advertiser_id"], "advertiser_id", file)
+    problems += _rows_problem(file, (out["name"].str.len() == 0).to_numpy(), "name is empty")
+    problems += _rows_problem(
+        file,
+        (out["name"].str.len() > MAX_NAME_LENGTH).to_numpy(),
+        f"name longer than {MAX_NAME_LENGTH} characters",
+    )
+    problems += _check_duplicates(out, "advertisers", file)
+    return out, problems
+
+
+def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | None, list]:
+    problems = _check_columns(frame, "auctions", file)
+    if problems:
+        return None, problems
+    ids = _text(frame["auction_id"])
+    adv = _text(frame["advertiser_id"])
+    problems += _check_id(ids, "auction_id", file)
+    problems += _check_id(adv, "advertiser_id", file)
+    ts = pd.to_datetime(frame["ts"], utc=True, errors="coerce", format="ISO8601")
+    problems += _rows_problem(file, ts.isna().to_numpy(), "ts is not an ISO-8601 timestamp")
+    bid, p = _price(frame["bid_ecpm"], "bid_ecpm", file)
+    problems += p
+    market, p = _price(frame["market_price_ecpm"], "market_price_ecpm", file)
+    problems += p
+    won, p = _boolean(frame["won"], "won", file)
+    problems += p
+    paid_text = _text(frame["paid_ecpm"])
+    paid_present = (paid_text.str.len() > 0).to_numpy() & ~frame["paid_ecpm"].isna().to_numpy()
+    paid, p = _price(frame["paid_ecpm"].where(paid_present, "0"), "paid_ecpm", file)
+    problems += p
+    won_known = ~np.isnan(won)
+    problems += _rows_problem(
+        file, won_known & (won == 1) & ~paid_present, "paid_ecpm is empty on a won auction"
+    )
+    problems += _rows_problem(
+        file, won_known & (won == 0) & paid_present, "paid_ecpm is given on a lost auction"
+    )
+    out = pd.DataFrame(
+        {
+            "auction_id": ids,
+            "advertiser_id": adv,
+            "ts": ts,
+            "bid_micros": _micros(bid),
+            "market_price_micros": _micros(market),
+            "won": won == 1,
+            "paid_micros": pd.Series(_micros(paid), dtype="Int64").mask(~paid_present),
+        }
+    )
+    problems += _check_duplicates(out, "auctions", file)
+    return out, problems
+
+
+def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | None, list]:
+    problems = _check_columns(frame, "delivery", file)
+    if problems:
+        return None, problems
+    adv = _text(frame["advertiser_id"])
+    problems += _check_id(adv, "advertiser_id", file)
+    dates = pd.to_datetime(_text(frame["date"]), errors="coerce", format="%Y-%m-%d")
+    problems += _rows_problem(file, dates.isna().to_numpy(), "date is not a YYYY-MM-DD date")
+    requests, p = _count(frame["bid_requests"], "bid_requests", file)
+    problems += p
+    impressions, p = _count(frame["impressions"], "impressions", file)
+    problems += p
+    bid, p = _price(frame["bid_ecpm"], "bid_ecpm", file)
+    problems += p
+    spend, p = _price(frame["spend"], "spend", file)
+    problems += p
+    both = ~np.isnan(requests) & ~np.isnan(impressions)
+    problems += _rows_problem(
+        file, both & (impressions > requests), "impressions exceed bid_requests"
+    )
+    out = pd.DataFrame(
+        {
+            "advertiser_id": adv,
+            "date": dates.dt.date,
+            "bid_requests": np.nan_to_num(requests).astype(np.int64),
+            "bid_micros": _micros(bid),
+            "impressions": np.nan_to_num(impressions).astype(np.int64),
+            "spend_micros": _micros(spend),
+        }
+    )
+    problems += _check_duplicates(out, "delivery", file)
+    return out, problems
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
+    missing = [c for c in COLUMNS[table] if c not in frame.columns]
+    if missing:
+        return [Problem(file, f"missing required column(s): {', '.join(missing)}")]
+    return []
+
+
+def _text(series: pd.Series) -> pd.Series:
+    return series.astype(object).where(series.notna(), "").astype(str).str.strip()
+
+
+def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
+    lengths = ids.str.len().to_numpy()
+    return _rows_problem(file, lengths == 0, f"{column} is empty") + _rows_problem(
+        file, lengths > MAX_ID_LENGTH, f"{column} longer than {MAX_ID_LENGTH} characters"
+    )
+
+
+def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    problems = _rows_problem(file, bad, f"{column} is not a finite number")
+    problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
+    return values, problems
+
+
+def _count(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    problems = _rows_problem(file, bad, f"{column} is not a whole number")
+    problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
+    values = np.where(bad, np.nan, values)
+    return values, problems
+
+
+def _boolean(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
+    if series.dtype == bool:
+        return series.to_numpy().astype(np.float64), []
+    text = _text(series).str.lower()
+    out = np.full(len(text), np.nan)
+    out[text.isin(_TRUE).to_numpy()] = 1.0
+    out[text.isin(_FALSE).to_numpy()] = 0.0
+    return out, _rows_problem(file, np.isnan(out), f"{column} is not a boolean (true/false)")
+
+
+def _micros(values: np.ndarray) -> np.ndarray:
+    return np.round(np.nan_to_num(values, nan=0.0, posinf=0.0) * MICROS).astype(np.int64)
+
+
+def _check_duplicates(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
+    keys = list(KEYS[table])
+    dup = frame.duplicated(subset=keys, keep="first").to_numpy()
+    return _rows_problem(file, dup, f"duplicate key ({', '.join(keys)}) already seen in this file")
+
+
+def _rows_problem(file: str, mask: np.ndarray, rule: str) -> list[Problem]:
+    rows = np.flatnonzero(mask)
+    if rows.size == 0:
+        return []
+    shown = tuple(int(r) + 1 for r in rows[:MAX_ROWS_SHOWN])
+    return [Problem(file, rule, shown, int(rows.size))]

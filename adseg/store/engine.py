@@ -1,0 +1,36 @@
+"""Engine and session creation, with the settings each dialect needs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """Create an engine. SQLite gets foreign keys on, WAL journalling (readers don't block the
+    nightly writer) and a busy timeout so two processes wait instead of failing at once."""
+    engine = create_engine(url, echo=echo, future=True)
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            if not str(engine.url.database or "").startswith(":memory:") and engine.url.database:
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+    return engine
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session in one transaction: committed on success, rolled back on any error."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    with factory.begin() as session:
+        yield session

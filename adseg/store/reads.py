@@ -1,0 +1,151 @@
+"""Reads that return pandas frames and arrays (prices back in eCPM floats, money in currency)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, func, select
+
+from adseg.store.models import MICROS, Advertiser, Auction, Delivery, Run
+
+
+def table_counts(engine: Engine) -> dict[str, int]:
+    """Row count of each data table."""
+    with engine.connect() as conn:
+        return {
+            m.__tablename__: conn.scalar(select(func.count()).select_from(m))
+            for m in (Advertiser, Auction, Delivery, Run)
+        }
+
+
+def advertisers(engine: Engine) -> pd.DataFrame:
+    """advertiser_id, name, description, sorted by advertiser_id."""
+    stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description).order_by(
+        Advertiser.advertiser_id
+    )
+    with engine.connect() as conn:
+        return pd.DataFrame(
+            conn.execute(stmt).all(), columns=["advertiser_id", "name", "description"]
+        )
+
+
+def auctions(engine: Engine) -> pd.DataFrame:
+    """Every auction in the ingest format (ts as UTC timestamps; prices in eCPM)."""
+    stmt = select(
+        Auction.auction_id,
+        Auction.advertiser_id,
+        Auction.ts,
+        Auction.bid_micros,
+        Auction.market_price_micros,
+        Auction.won,
+        Auction.paid_micros,
+    ).order_by(Auction.auction_id)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    frame = pd.DataFrame(
+        rows,
+        columns=["auction_id", "advertiser_id", "ts", "bid", "market", "won", "paid"],
+    )
+    return pd.DataFrame(
+        {
+            "auction_id": frame["auction_id"],
+            "advertiser_id": frame["advertiser_id"],
+            "ts": pd.to_datetime(frame["ts"], utc=True),
+            "bid_ecpm": frame["bid"].astype(np.float64) / MICROS,
+            "market_price_ecpm": frame["market"].astype(np.float64) / MICROS,
+            "won": frame["won"].astype(bool),
+            "paid_ecpm": pd.to_numeric(frame["paid"], errors="coerce").astype(np.float64) / MICROS,
+        }
+    )
+
+
+def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None = None):
+    """Daily delivery rows (inclusive date window), money in currency units, sorted."""
+    stmt = select(
+        Delivery.advertiser_id,
+        Delivery.date,
+        Delivery.bid_requests,
+        Delivery.bid_micros,
+        Delivery.impressions,
+        Delivery.spend_micros,
+    ).order_by(Delivery.advertiser_id, Delivery.date)
+    if start is not None:
+        stmt = stmt.where(Delivery.date >= start)
+    if end is not None:
+        stmt = stmt.where(Delivery.date <= end)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    frame = pd.DataFrame(
+        rows, columns=["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
+    )
+    return pd.DataFrame(
+        {
+            "advertiser_id": frame["advertiser_id"].astype(str),
+            "date": pd.to_datetime(frame["date"]).dt.date,
+            "bid_requests": frame["bid_requests"].astype(np.int64),
+            "bid_ecpm": frame["bid"].astype(np.float64) / MICROS,
+            "impressions": frame["impressions"].astype(np.int64),
+            "spend": frame["spend"].astype(np.float64) / MICROS,
+        }
+    )
+
+
+def delivery_date_range(engine: Engine) -> tuple[dt.date, dt.date] | None:
+    """First and last delivery date, or None when there is no delivery."""
+    with engine.connect() as conn:
+        lo, hi = conn.execute(select(func.min(Delivery.date), func.max(Delivery.date))).one()
+    if lo is None:
+        return None
+    return _as_date(lo), _as_date(hi)
+
+
+def price_samples(
+    engine: Engine,
+    advertiser_ids: list[str] | np.ndarray,
+    start: dt.date,
+    end: dt.date,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Win-rate samples (market prices) and eCPM cost samples (paid eCPM of won auctions) of each
+    advertiser over [start, end] (whole days, UTC), as two lists aligned with ``advertiser_ids``.
+
+    One query for all advertisers (not one per advertiser); grouping is done with numpy.
+    """
+    lo = dt.datetime.combine(start, dt.time.min, tzinfo=dt.UTC)
+    hi = dt.datetime.combine(end + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
+    stmt = select(Auction.advertiser_id, Auction.market_price_micros, Auction.paid_micros).where(
+        Auction.ts >= lo, Auction.ts < hi
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    ids = np.asarray(advertiser_ids, dtype=object)
+    if not rows:
+        empty = [np.empty(0) for _ in ids]
+        return empty, [np.empty(0) for _ in ids]
+    frame = pd.DataFrame(rows, columns=["advertiser_id", "market", "paid"])
+    position = pd.Series(np.arange(ids.size), index=pd.Index(ids))
+    pos = frame["advertiser_id"].map(position).to_numpy()
+    keep = ~pd.isna(pos)
+    pos = pos[keep].astype(np.int64)
+    market = frame["market"].to_numpy(dtype=np.float64)[keep] / MICROS
+    paid = pd.to_numeric(frame["paid"], errors="coerce").to_numpy(dtype=np.float64)[keep] / MICROS
+    win = _group(pos, market, ids.size)
+    won = ~np.isnan(paid)
+    cost = _group(pos[won], paid[won], ids.size)
+    return win, cost
+
+
+def _group(positions: np.ndarray, values: np.ndarray, n: int) -> list[np.ndarray]:
+    order = np.argsort(positions, kind="stable")
+    bounds = np.searchsorted(positions[order], np.arange(n + 1))
+    sorted_values = values[order]
+    return [sorted_values[bounds[i] : bounds[i + 1]] for i in range(n)]
+
+
+def _as_date(value) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value)[:10])

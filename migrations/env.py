@@ -1,0 +1,35 @@
+"""Alembic environment bound to adseg's models. Run through ``adseg db upgrade``, which passes
+the engine in ``config.attributes['engine']``; plain ``alembic`` uses $ADSEG_DATABASE_URL."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from adseg.config import database_url
+from adseg.store.engine import make_engine
+from adseg.store.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    engine = config.attributes.get("engine") or make_engine(database_url())
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER much
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+if context.is_offline_mode():
+    context.configure(url=database_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

@@ -1,0 +1,260 @@
+"""Migrations, ingest round-trip, idempotency and validation — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from sqlalchemy import inspect
+from typer.testing import CliRunner
+
+from adseg.cli import app
+from adseg.store import migrate, reads
+from adseg.store.engine import make_engine
+
+runner = CliRunner()
+
+ADVERTISERS = pd.DataFrame(
+    {
+        "advertiser_id": ["adv-1", "adv-2", "adv-3"],
+        "name": ["Acme <b>Shoes</b>", "Beta", "Gamma & Sons"],
+        "description": [
+            'Shoes, boots and "sneakers"\nsecond line — ünïcode ✓',
+            "plain text",
+            "",
+        ],
+    }
+)
+AUCTIONS = pd.DataFrame(
+    {
+        "auction_id": ["a1", "a2", "a3", "a4"],
+        "advertiser_id": ["adv-1", "adv-1", "adv-2", "adv-3"],
+        "ts": [
+            "2026-03-01T10:00:00Z",
+            "2026-03-01T11:30:00Z",
+            "2026-03-02T00:00:01Z",
+            "2026-03-02T23:59:59Z",
+        ],
+        "bid_ecpm": ["2.5", "2.5", "1.0", "7.25"],
+        "market_price_ecpm": ["1.2", "3.0", "0.5", "7.25"],
+        "won": ["true", "false", "true", "true"],
+        "paid_ecpm": ["1.2", "", "0.5", "7.25"],
+    }
+)
+DELIVERY = pd.DataFrame(
+    {
+        "advertiser_id": ["adv-1", "adv-2", "adv-3"],
+        "date": ["2026-03-01", "2026-03-02", "2026-03-02"],
+        "bid_requests": ["1000", "100", "0"],
+        "bid_ecpm": ["2.5", "1.0", "7.25"],
+        "impressions": ["400", "60", "0"],
+        "spend": ["0.52", "0.03", "0"],
+    }
+)
+
+
+def write_dir(path: Path, fmt: str = "csv", **frames) -> Path:
+    """Write the ingest files (defaults: the three frames above) in csv, csv.gz or parquet."""
+    path.mkdir(parents=True, exist_ok=True)
+    tables = {"advertisers": ADVERTISERS, "auctions": AUCTIONS, "delivery": DELIVERY}
+    tables.update(frames)
+    for name, frame in tables.items():
+        if frame is None:
+            continue
+        if fmt == "parquet":
+            frame.to_parquet(path / f"{name}.parquet", index=False)
+        elif fmt == "csv.gz":
+            with gzip.open(path / f"{name}.csv.gz", "wt", encoding="utf-8", newline="") as fh:
+                frame.to_csv(fh, index=False)
+        else:
+            frame.to_csv(path / f"{name}.csv", index=False)
+    return path
+
+
+def ingest(url: str, directory: Path):
+    return runner.invoke(app, ["ingest", str(directory), "--database-url", url, "--quiet"])
+
+
+def test_migrations_upgrade_from_empty(db_url):
+    engine = make_engine(db_url)
+    assert migrate.current_revision(engine) is None
+    migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    tables = set(inspect(engine).get_table_names())
+    assert {"advertisers", "auctions", "delivery", "runs"} <= tables
+    migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    engine.dispose()
+
+
+def test_db_upgrade_command_masks_password(db_url):
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    if "@" in db_url:
+        password = db_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+        assert password not in result.output
+        assert "***" in result.output
+    result = runner.invoke(app, ["db", "current", "--database-url", db_url])
+    assert "up to date" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
+def test_ingest_round_trip(engine, db_url, tmp_path, fmt):
+    result = ingest(db_url, write_dir(tmp_path / "in", fmt))
+    assert result.exit_code == 0, result.output
+    adv = reads.advertisers(engine)
+    pd.testing.assert_frame_equal(adv, ADVERTISERS, check_dtype=False)
+    auc = reads.auctions(engine)
+    assert auc["auction_id"].tolist() == ["a1", "a2", "a3", "a4"]
+    expected_ts = pd.to_datetime(AUCTIONS["ts"], utc=True)
+    assert (auc["ts"].reset_index(drop=True) == expected_ts).all()
+    assert auc["bid_ecpm"].tolist() == [2.5, 2.5, 1.0, 7.25]
+    assert auc["market_price_ecpm"].tolist() == [1.2, 3.0, 0.5, 7.25]
+    assert auc["won"].tolist() == [True, False, True, True]
+    assert auc["paid_ecpm"].isna().tolist() == [False, True, False, False]
+    dlv = reads.delivery(engine)
+    assert dlv["bid_requests"].tolist() == [1000, 100, 0]
+    assert dlv["impressions"].tolist() == [400, 60, 0]
+    assert dlv["spend"].tolist() == [0.52, 0.03, 0.0]
+    assert [str(d) for d in dlv["date"]] == ["2026-03-01", "2026-03-02", "2026-03-02"]
+
+
+def test_description_with_commas_quotes_newlines_unicode_survives(engine, db_url, tmp_path):
+    directory = write_dir(tmp_path / "in")
+    raw = (directory / "advertisers.csv").read_text(encoding="utf-8")
+    assert '""sneakers""' in raw  # the CSV really quotes it
+    assert ingest(db_url, directory).exit_code == 0
+    got = reads.advertisers(engine).set_index("advertiser_id")["description"]
+    assert got["adv-1"] == 'Shoes, boots and "sneakers"\nsecond line — ünïcode ✓'
+
+
+def test_reingest_is_idempotent(engine, db_url, tmp_path):
+    directory = write_dir(tmp_path / "in")
+    assert ingest(db_url, directory).exit_code == 0
+    first = (reads.advertisers(engine), reads.auctions(engine), reads.delivery(engine))
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    assert "updated" in result.output
+    second = (reads.advertisers(engine), reads.auctions(engine), reads.delivery(engine))
+    for a, b in zip(first, second, strict=True):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_upsert_updates_changed_rows(engine, db_url, tmp_path):
+    assert ingest(db_url, write_dir(tmp_path / "a")).exit_code == 0
+    changed = ADVERTISERS.assign(name=["Acme 2", "Beta", "Gamma & Sons"])
+    assert ingest(db_url, write_dir(tmp_path / "b", advertisers=changed)).exit_code == 0
+    assert reads.advertisers(engine)["name"].tolist() == ["Acme 2", "Beta", "Gamma & Sons"]
+    assert reads.table_counts(engine)["advertisers"] == 3
+
+
+def _bad(frame: pd.DataFrame, row: int, **changes) -> pd.DataFrame:
+    frame = frame.copy()
+    for col, value in changes.items():
+        frame.loc[row, col] = value
+    return frame
+
+
+BAD_CASES = {
+    "missing column": ("auctions", AUCTIONS.drop(columns=["won"]), None, "missing required column"),
+    "unparseable ts": ("auctions", _bad(AUCTIONS, 2, ts="yesterday"), 3, "ts is not an ISO-8601"),
+    "negative price": ("auctions", _bad(AUCTIONS, 1, bid_ecpm="-1"), 2, "bid_ecpm is negative"),
+    "infinite price": ("auctions", _bad(AUCTIONS, 0, market_price_ecpm="inf"), 1, "not a finite"),
+    "text price": ("auctions", _bad(AUCTIONS, 0, bid_ecpm="abc"), 1, "bid_ecpm is not a finite"),
+    "won not boolean": ("auctions", _bad(AUCTIONS, 3, won="maybe"), 4, "won is not a boolean"),
+    "paid missing on win": ("auctions", _bad(AUCTIONS, 0, paid_ecpm=""), 1, "empty on a won"),
+    "paid on loss": ("auctions", _bad(AUCTIONS, 1, paid_ecpm="1.0"), 2, "given on a lost"),
+    "unknown advertiser": ("auctions", _bad(AUCTIONS, 2, advertiser_id="adv-9"), 3, "unknown adv"),
+    "duplicate auction": ("auctions", _bad(AUCTIONS, 3, auction_id="a1"), 4, "duplicate key"),
+    "bad date": ("delivery", _bad(DELIVERY, 1, date="2026-13-45"), 2, "date is not a YYYY-MM-DD"),
+    "impressions > requests": (
+        "delivery",
+        _bad(DELIVERY, 0, impressions="2000"),
+        1,
+        "impressions exceed bid_requests",
+    ),
+    "negative impressions": ("delivery", _bad(DELIVERY, 0, impressions="-1"), 1, "negative"),
+    "fractional requests": ("delivery", _bad(DELIVERY, 2, bid_requests="1.5"), 3, "whole number"),
+    "duplicate delivery": ("delivery", _bad(DELIVERY, 2, advertiser_id="adv-2"), 3, "duplicate"),
+    "duplicate advertiser": ("advertisers", _bad(ADVERTISERS, 1, advertiser_id="adv-1"), 2, "dup"),
+    "empty id": (
+        "advertisers",
+        _bad(ADVERTISERS, 2, advertiser_id=""),
+        3,
+        "advertiser_id is empty",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_validation_rejects_and_writes_nothing(engine, db_url, tmp_path, case):
+    assert ingest(db_url, write_dir(tmp_path / "good")).exit_code == 0
+    before = reads.table_counts(engine)
+    before_auctions = reads.auctions(engine)
+    table, frame, row, rule = BAD_CASES[case]
+    # the bad file comes with NEW good rows in the other tables: none of them may land either
+    new_adv = pd.concat(
+        [
+            ADVERTISERS,
+            pd.DataFrame({"advertiser_id": ["adv-4"], "name": ["New"], "description": [""]}),
+        ]
+    )
+    frames = {"advertisers": new_adv, table: frame}
+    directory = write_dir(tmp_path / "bad", **frames)
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 2, result.output
+    message = result.output
+    assert f"{table}.csv" in message
+    assert rule in message
+    if row is not None:
+        assert f"row {row}" in message or f"rows {row}" in message
+    assert "nothing was written" in message
+    assert reads.table_counts(engine) == before
+    pd.testing.assert_frame_equal(reads.auctions(engine), before_auctions)
+
+
+def test_failure_inside_the_write_rolls_back(engine, db_url, tmp_path, monkeypatch):
+    """A database error half-way (after advertisers were written) leaves nothing behind."""
+    from adseg.store import load
+
+    original = load._records
+
+    def failing(frame, table):
+        if table == "delivery":
+            raise RuntimeError("disk full")
+        yield from original(frame, table)
+
+    monkeypatch.setattr(load, "_records", failing)
+    with pytest.raises(RuntimeError):
+        from adseg.ingest import read_directory
+
+        load.write_batch(engine, read_directory(write_dir(tmp_path / "in")))
+    assert reads.table_counts(engine)["advertisers"] == 0
+    assert reads.table_counts(engine)["auctions"] == 0
+
+
+def test_ingest_requires_migrated_database(db_url, tmp_path):
+    result = ingest(db_url, write_dir(tmp_path / "in"))
+    assert result.exit_code == 2
+    assert "adseg db upgrade" in result.output
+
+
+def test_ingest_missing_directory(engine, db_url, tmp_path):
+    result = ingest(db_url, tmp_path / "nope")
+    assert result.exit_code == 2
+    assert "not a directory" in result.output
+
+
+def test_price_samples_one_query_per_window(engine, db_url, tmp_path):
+    import datetime as dt
+
+    assert ingest(db_url, write_dir(tmp_path / "in")).exit_code == 0
+    ids = ["adv-1", "adv-2", "adv-3", "adv-missing"]
+    win, cost = reads.price_samples(engine, ids, dt.date(2026, 3, 1), dt.date(2026, 3, 1))
+    assert sorted(win[0].tolist()) == [1.2, 3.0]
+    assert cost[0].tolist() == [1.2]
+    assert win[1].size == 0 and win[3].size == 0
+    win, cost = reads.price_samples(engine, ids, dt.date(2026, 3, 2), dt.date(2026, 3, 2))
+    assert win[1].tolist() == [0.5] and win[2].tolist() == [7.25]
