@@ -37,9 +37,9 @@ change the α-step's meaning (o_k would sum over different item sets), so ``allo
 and -1 labels are rejected at the door.
 
 When the learned graph does not end with exactly ``n_clusters`` components (spec §3.9),
-``on_mismatch`` decides; the default ``"repair"`` first runs more iterations with γ frozen (only the
-ρ rule acts), then forces exactly ``n_clusters`` clusters, so a nightly job always gets the number of
-segments it asked for. ``labels_path_`` records which path produced the labels.
+``on_mismatch`` decides; the default ``"repair"`` first runs more iterations with γ frozen (only
+the ρ rule acts), then forces exactly ``n_clusters`` clusters, so a nightly job always gets the
+number of segments it asked for. ``labels_path_`` records which path produced the labels.
 
 Cost per iteration: O(n² (Σ_k c_k + c)) time (two n×n×Σc_k products, O(n²) vectorised Newton and
 projection passes) plus the eigensolver (dense subset solver O(n³), fast in practice for
