@@ -1,0 +1,497 @@
+"""Segment c.d.f.s, blended (empirical-Bayes) landscapes, supply forecast, impressions, spend,
+MAPE."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from adseg.forecast import (
+    GroupedECDF,
+    KappaSelector,
+    Landscape,
+    SampleSet,
+    evaluate_sources,
+    expected_cost,
+    fit_ses,
+    forecast_supply,
+    reference_segmentations,
+    score_forecasts,
+    segment_cdf_table,
+    select_kappa,
+    shrinkage_weights,
+)
+
+# --------------------------------------------------------------------------------------------
+# a small synthetic marketplace (lognormal market prices per segment, second-price auctions)
+# --------------------------------------------------------------------------------------------
+
+
+def market(
+    n=240,
+    k=6,
+    days_train=14,
+    days_eval=7,
+    mean_samples=25.0,
+    advertiser_spread=0.05,
+    seed=0,
+):
+    """Advertisers in k segments; advertiser i's market prices ~ lognormal(mu_i, sigma_s) with
+    mu_i = mu_s + N(0, advertiser_spread). Training samples: few per advertiser (Poisson, many
+    with < 10). Eval delivery: actual impressions ~ Binomial(supply, F_i(bid)), spend =
+    impressions · E[m | m ≤ bid] / 1000 (second price), both from the TRUE distribution."""
+    rng = np.random.default_rng(seed)
+    seg = rng.integers(0, k, n)
+    mu_s = np.linspace(0.5, 2.5, k)
+    sig_s = np.linspace(0.3, 0.6, k)
+    mu = mu_s[seg] + rng.normal(0, advertiser_spread, n)
+    sig = sig_s[seg]
+    counts = rng.poisson(mean_samples, n)
+    counts[: n // 10] = 0  # some advertisers with no samples at all
+    bid_train = np.exp(mu + 0.4 * sig)
+    win = [rng.lognormal(mu[i], sig[i], counts[i]) for i in range(n)]
+    cost = [w[w <= bid_train[i]] for i, w in enumerate(win)]
+    ids = np.array([f"adv{i:04d}" for i in range(n)])
+    days = pd.date_range("2026-01-01", periods=days_train + days_eval)
+    base_supply = rng.lognormal(8, 0.7, n)
+    adv = np.repeat(np.arange(n), days.size)
+    day = np.tile(np.arange(days.size), n)
+    supply = rng.poisson(base_supply[adv] * (1 + 0.1 * rng.standard_normal(adv.size)).clip(0.5))
+    bid = bid_train[adv] * np.exp(rng.normal(0, 0.1, adv.size))
+    z = (np.log(bid) - mu[adv]) / sig[adv]
+    p_win = stats.norm.cdf(z)
+    # E[m | m ≤ b] for a lognormal
+    cond = np.exp(mu[adv] + sig[adv] ** 2 / 2) * stats.norm.cdf(z - sig[adv]) / p_win
+    imps = rng.binomial(supply, p_win)
+    spend = imps * cond / 1000
+    frame = pd.DataFrame(
+        {
+            "advertiser_id": ids[adv],
+            "date": days[day],
+            "bid_requests": supply,
+            "bid_ecpm": bid,
+            "impressions": imps,
+            "spend": spend,
+        }
+    )
+    train = frame[day < days_train].reset_index(drop=True)
+    ev = frame[day >= days_train].reset_index(drop=True)
+    return dict(win=win, cost=cost, seg=seg, ids=ids, train=train, eval=ev)
+
+
+# --------------------------------------------------------------------------------------------
+# pooled c.d.f.s
+# --------------------------------------------------------------------------------------------
+
+
+def _ecdf(sample, x):
+    s = np.sort(np.asarray(sample, dtype=np.float64))
+    return np.searchsorted(s, x, side="right") / s.size
+
+
+def test_pooled_segment_cdf_equals_ecdf_of_concatenated_samples():
+    rng = np.random.default_rng(1)
+    # rounded values: many ties across advertisers and segments
+    samples = [np.round(rng.lognormal(1, 0.5, rng.integers(0, 40)), 1) for _ in range(30)]
+    groups = rng.integers(0, 4, 30)
+    groups[:3] = -1  # left out of every group
+    ecdf = GroupedECDF.from_samples(samples, groups)
+    x = np.concatenate([np.unique(np.concatenate(samples)), rng.uniform(-1, 15, 200)])
+    for g in range(4):
+        pooled = np.concatenate([s for s, gi in zip(samples, groups, strict=True) if gi == g])
+        np.testing.assert_array_equal(ecdf.cdf(g, x), _ecdf(pooled, x))
+        ref = stats.ecdf(pooled).cdf.evaluate(x)
+        np.testing.assert_allclose(ecdf.cdf(g, x), ref, rtol=0, atol=1e-12)
+        below = pooled[None, :] <= x[:, None]
+        with np.errstate(invalid="ignore"):
+            cm = (below * pooled).sum(1) / below.sum(1)
+        np.testing.assert_allclose(ecdf.conditional_mean(g, x), cm, rtol=1e-12)
+        np.testing.assert_allclose(
+            ecdf.partial_mean(g, x), (below * pooled).sum(1) / pooled.size, rtol=1e-12
+        )
+    assert ecdf.counts.sum() == sum(s.size for s, g in zip(samples, groups, strict=True) if g >= 0)
+
+
+def test_cdf_of_empty_group_is_nan_and_tabulate_shape():
+    ecdf = GroupedECDF.from_samples([np.array([1.0, 2.0]), np.array([])])
+    assert np.isnan(ecdf.cdf(1, 1.5))
+    assert ecdf.cdf(0, 1.5) == 0.5
+    tab = ecdf.tabulate(np.linspace(0, 3, 7))
+    assert tab.shape == (2, 7) and np.isnan(tab[1]).all()
+    with pytest.raises(IndexError):
+        ecdf.cdf(2, 1.0)
+
+
+def test_win_rate_is_monotone_in_bid_for_both_methods():
+    m = market(n=80, seed=2)
+    ss = SampleSet(m["win"])
+    grid = np.linspace(0, 40, 301)
+    for kappa in (math.inf, 0.0, 7.0):
+        lsc = Landscape.build(ss, m["seg"], kappa)
+        f = lsc.cdf(np.repeat(np.arange(80), grid.size), np.tile(grid, 80)).reshape(80, -1)
+        assert np.all(np.diff(f, axis=1) >= -1e-15)
+        assert np.all((f >= 0) & (f <= 1))
+
+
+def test_no_segmentation_reference_equals_each_advertisers_own_ecdf():
+    m = market(n=50, seed=3)
+    ss = SampleSet(m["win"])
+    own_ref = reference_segmentations(50)["own"]
+    lsc = Landscape.build(ss, own_ref, math.inf)
+    x = np.linspace(0, 30, 97)
+    for i in np.nonzero(ss.counts > 0)[0]:
+        np.testing.assert_array_equal(lsc.cdf(i, x), _ecdf(m["win"][i], x))
+    # an advertiser without samples is its own empty segment → the global pooled c.d.f.
+    i0 = int(np.nonzero(ss.counts == 0)[0][0])
+    np.testing.assert_array_equal(lsc.cdf(i0, x), _ecdf(np.concatenate(m["win"]), x))
+
+
+def test_label_minus_one_gets_the_global_cdf():
+    samples = [np.array([1.0, 2.0]), np.array([3.0]), np.array([10.0])]
+    lsc = Landscape.build(SampleSet(samples), np.array([0, 0, -1]), math.inf)
+    x = np.array([0.5, 1.5, 2.5, 5.0, 11.0])
+    np.testing.assert_array_equal(lsc.cdf(2, x), _ecdf([1, 2, 3, 10], x))
+    np.testing.assert_array_equal(lsc.cdf(0, x), _ecdf([1, 2, 3], x))
+
+
+def test_segment_cdf_table_tidy_and_matches_pooled():
+    rng = np.random.default_rng(4)
+    samples = [rng.normal(5, 1, 20) for _ in range(6)]
+    seg = np.array([7, 7, 3, 3, 3, -1])
+    grid = np.linspace(0, 10, 11)
+    tab = segment_cdf_table(SampleSet(samples), seg, grid, kind="win", source="s")
+    assert list(tab.columns) == ["source", "segment", "kind", "bid", "cdf"]
+    assert sorted(tab["segment"].unique()) == [3, 7]
+    got = tab[tab.segment == 7]["cdf"].to_numpy()
+    np.testing.assert_array_equal(got, _ecdf(np.concatenate(samples[:2]), grid))
+
+
+# --------------------------------------------------------------------------------------------
+# blended estimate
+# --------------------------------------------------------------------------------------------
+
+
+def test_shrinkage_weights_limits():
+    w = shrinkage_weights([0, 1, 10, 1e9], 10.0)
+    np.testing.assert_allclose(w, [0, 1 / 11, 0.5, 1e9 / (1e9 + 10)])
+    assert np.all(shrinkage_weights([0, 5], math.inf) == 0)
+    np.testing.assert_array_equal(shrinkage_weights([0, 5], 0.0), [0, 1])
+    with pytest.raises(ValueError):
+        shrinkage_weights([1], -1.0)
+
+
+def test_blended_tends_to_own_cdf_with_many_samples_and_to_segment_with_few():
+    rng = np.random.default_rng(5)
+    big = rng.lognormal(2.0, 0.4, 200_000)
+    others = [rng.lognormal(1.0, 0.4, 50) for _ in range(4)]
+    samples = [big, np.array([]), rng.lognormal(2.0, 0.4, 1), *others]
+    seg = np.zeros(len(samples), dtype=int)
+    ss = SampleSet(samples)
+    lsc = Landscape.build(ss, seg, 10.0)
+    x = np.linspace(0, 20, 41)
+    # n → ∞: own c.d.f. (w = 200000 / 200010)
+    assert np.max(np.abs(lsc.cdf(0, x) - _ecdf(big, x))) < 1e-3
+    # n = 0: the segment's pooled c.d.f.
+    pooled = np.concatenate(samples)
+    np.testing.assert_allclose(lsc.cdf(1, x), _ecdf(pooled, x), atol=1e-15)
+    # n = 1 is close to the segment (w = 1/11)
+    w = 1 / 11
+    np.testing.assert_allclose(
+        lsc.cdf(2, x), w * _ecdf(samples[2], x) + (1 - w) * _ecdf(pooled, x), atol=1e-15
+    )
+    # κ = ∞ is the paper's segment method exactly
+    np.testing.assert_array_equal(lsc.with_kappa(math.inf).cdf(0, x), _ecdf(pooled, x))
+
+
+def test_select_kappa_large_for_homogeneous_segments_small_for_distinct_advertisers():
+    rng = np.random.default_rng(6)
+    n = 120
+    # all advertisers of a segment share one distribution: pooling is right, κ large
+    seg = np.repeat(np.arange(4), n // 4)
+    same = [rng.lognormal(seg[i] * 0.5, 0.4, 30) for i in range(n)]
+    k_same, curve = select_kappa(SampleSet(same), seg, random_state=0)
+    assert k_same >= 100
+    assert list(curve.columns) == ["kappa", "loss"]
+    # advertisers differ a lot inside a segment and have many samples: own c.d.f., κ small
+    distinct = [rng.lognormal(rng.normal(0, 1.0), 0.2, 400) for _ in range(n)]
+    k_distinct, _ = select_kappa(SampleSet(distinct), seg, random_state=0)
+    assert k_distinct <= 10
+    # deterministic for a seed
+    assert select_kappa(SampleSet(same), seg, random_state=0)[0] == k_same
+
+
+def test_kappa_selector_never_reads_evaluation_data_and_handles_no_samples():
+    sel = KappaSelector(random_state=0).fit(SampleSet([np.array([]), np.array([1.0])]))
+    kappa, curve = sel.select(np.array([0, 0]))
+    assert kappa == math.inf and curve.empty
+
+
+# --------------------------------------------------------------------------------------------
+# impressions and spend on hand-computed cases
+# --------------------------------------------------------------------------------------------
+
+
+def _delivery(rows):
+    return pd.DataFrame(
+        rows,
+        columns=["advertiser_id", "date", "bid_requests", "bid_ecpm", "impressions", "spend"],
+    )
+
+
+def test_impressions_and_spend_hand_computed():
+    # segment 0 = advertisers a, b pooled: market prices {1, 2, 3, 4, 6, 8}; costs {1, 2, 3, 5}
+    win = [np.array([1.0, 3.0, 6.0]), np.array([2.0, 4.0, 8.0]), np.array([9.0])]
+    cost = [np.array([1.0, 3.0]), np.array([2.0, 5.0]), np.array([])]
+    seg = {"s": np.array([0, 0, 1])}
+    ev = _delivery(
+        [
+            ("a", "2026-01-08", 1000, 3.5, 400, 0.8),  # F(3.5) = 3/6; E[c | c ≤ 3.5] = 2
+            ("a", "2026-01-09", 600, 5.0, 300, 0.9),  # F(5) = 4/6; E[c | c ≤ 5] = 11/4
+            ("b", "2026-01-08", 100, 0.5, 10, 0.01),  # F(0.5) = 0 → no impressions
+            ("c", "2026-01-08", 200, 10.0, 0, 0.0),  # F(10) = 1; segment 1 has no cost
+            # samples → the global cost c.d.f.: E[c | c ≤ 10] over {1, 3, 2, 5} = 2.75
+        ]
+    )
+    res = evaluate_sources(
+        win, cost, seg, None, ev, np.array(["a", "b", "c"]), methods=("segment",),
+        add_references=False,
+    )  # fmt: skip
+    f = res.forecasts.set_index("advertiser_id")
+    imp_a = 1000 * 3 / 6 + 600 * 4 / 6
+    spend_a = (1000 * 3 / 6 * 2 + 600 * 4 / 6 * 11 / 4) / 1000
+    assert f.loc["a", "impressions_forecast"] == pytest.approx(imp_a)
+    assert f.loc["a", "spend_forecast"] == pytest.approx(spend_a)
+    assert f.loc["a", "impressions_actual"] == 700
+    assert f.loc["a", "spend_actual"] == pytest.approx(1.7)
+    assert f.loc["b", "impressions_forecast"] == 0 and f.loc["b", "spend_forecast"] == 0
+    assert f.loc["c", "impressions_forecast"] == pytest.approx(200)
+    assert f.loc["c", "spend_forecast"] == pytest.approx(200 * 2.75 / 1000)
+    row = res.mape.iloc[0]
+    # c has zero actual impressions and spend: left out and counted
+    assert row["n_zero_impressions"] == 1 and row["n_zero_spend"] == 1
+    assert row["n_advertisers"] == 3 and row["n_segments"] == 2
+    exp_imp = np.mean([abs(700 - imp_a) / 700, abs(10 - 0) / 10])
+    exp_sp = np.mean([abs(1.7 - spend_a) / 1.7, abs(0.01 - 0) / 0.01])
+    assert row["impressions_mape"] == pytest.approx(exp_imp)
+    assert row["spend_mape"] == pytest.approx(exp_sp)
+
+
+def test_expected_cost_fallbacks():
+    win = SampleSet([np.array([2.0, 4.0])])
+    cost = SampleSet([np.array([3.0])])
+    w = Landscape.build(win, np.array([0]))
+    c = Landscape.build(cost, np.array([0]))
+    # bid 3.5: cost sample 3 ≤ bid → 3; bid 2.5: no cost ≤ bid → E[m | m ≤ 2.5] = 2;
+    # bid 1: nothing ≤ bid → the bid itself
+    np.testing.assert_allclose(expected_cost(w, c, [0, 0, 0], [3.5, 2.5, 1.0]), [3.0, 2.0, 1.0])
+
+
+def test_blended_expected_cost_is_the_mixture_conditional_mean():
+    own = np.array([1.0, 5.0])
+    other = np.array([2.0, 3.0, 4.0, 10.0])
+    cost = SampleSet([own, other])
+    win = SampleSet([own, other])
+    seg = np.array([0, 0])
+    c = Landscape.build(cost, seg, 2.0)
+    w_i = 2 / (2 + 2.0)
+    pooled = np.concatenate([own, other])
+    b = 4.5
+    num = w_i * own[own <= b].sum() / own.size + (1 - w_i) * pooled[pooled <= b].sum() / pooled.size
+    den = w_i * np.mean(own <= b) + (1 - w_i) * np.mean(pooled <= b)
+    got = expected_cost(Landscape.build(win, seg, 2.0), c, [0], [b])
+    assert got[0] == pytest.approx(num / den)
+
+
+def test_score_forecasts_excludes_and_counts_zero_actuals():
+    f = pd.DataFrame(
+        {
+            "advertiser_id": ["a", "b", "c", "d"],
+            "source": "s",
+            "method": "segment",
+            "supply_mode": "actual",
+            "impressions_forecast": [110.0, 5.0, 50.0, np.nan],
+            "impressions_actual": [100.0, 0.0, 100.0, 10.0],
+            "spend_forecast": [1.0, 1.0, 1.0, 1.0],
+            "spend_actual": [0.0, 0.0, 2.0, 1.0],
+        }
+    )
+    s = score_forecasts(f).iloc[0]
+    assert s["impressions_mape"] == pytest.approx((0.1 + 0.5) / 2)
+    assert s["spend_mape"] == pytest.approx(0.5)
+    assert s["n_zero_impressions"] == 1 and s["n_zero_spend"] == 2
+    assert s["n_missing_forecast"] == 1 and s["n_advertisers"] == 3
+    # every actual zero → NaN, not an exception
+    f["impressions_actual"] = 0.0
+    assert np.isnan(score_forecasts(f).iloc[0]["impressions_mape"])
+
+
+# --------------------------------------------------------------------------------------------
+# supply forecast
+# --------------------------------------------------------------------------------------------
+
+
+def test_fit_ses_agrees_with_statsmodels():
+    from statsmodels.tsa.holtwinters import SimpleExpSmoothing
+
+    rng = np.random.default_rng(7)
+    t = np.arange(21)
+    series = np.stack(
+        [
+            1000 + rng.normal(0, 50, t.size),  # noise around a level: small α
+            np.cumsum(rng.normal(0, 30, t.size)) + 800,  # random walk: α near 1
+            500 + 10 * t + rng.normal(0, 20, t.size),  # trend
+            2000 * (1 + 0.2 * np.sin(2 * np.pi * t / 7)) + rng.normal(0, 40, t.size),  # weekly
+            rng.lognormal(7, 0.3, t.size),
+        ]
+    )
+    alpha, level = fit_ses(series)
+    for i, y in enumerate(series):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sm = SimpleExpSmoothing(y, initialization_method="known", initial_level=y[0]).fit()
+        sm_alpha = sm.params["smoothing_level"]
+        sm_level = float(sm.forecast(1)[0])
+        # statsmodels minimises the same SSE; ours is never worse and the forecasts agree
+        assert abs(alpha[i] - sm_alpha) < 0.02, (i, alpha[i], sm_alpha)
+        assert level[i] == pytest.approx(sm_level, rel=5e-3), (i, level[i], sm_level)
+        sse_ours = _sse(y, alpha[i])
+        assert sse_ours <= sm.sse * (1 + 1e-6)
+
+
+def _sse(y, a):
+    lev, s = y[0], 0.0
+    for v in y:
+        s += (v - lev) ** 2
+        lev += a * (v - lev)
+    return s
+
+
+def test_fit_ses_missing_days_carry_the_level():
+    rng = np.random.default_rng(8)
+    y = rng.lognormal(6, 0.2, (3, 12))
+    holes = y.copy()
+    holes[0, [0, 3, 4]] = np.nan
+    holes[1, 5] = np.nan
+    holes[2, :] = np.nan
+    a, lev = fit_ses(holes)
+    for i in range(2):
+        a_ref, lev_ref = fit_ses(y[i][np.isfinite(holes[i])][None, :])
+        assert a[i] == pytest.approx(a_ref[0]) and lev[i] == pytest.approx(lev_ref[0])
+    assert np.isnan(a[2]) and np.isnan(lev[2])
+
+
+def test_forecast_supply_numpy_and_statsmodels_engines_agree():
+    m = market(n=12, seed=9)
+    a = forecast_supply(m["train"], m["ids"])
+    b = forecast_supply(m["train"], m["ids"], engine="statsmodels")
+    assert list(a.columns) == ["advertiser_id", "alpha", "level", "n_days"]
+    np.testing.assert_allclose(a["level"], b["level"], rtol=1e-2)
+    assert (a["n_days"] == 14).all()
+
+
+# --------------------------------------------------------------------------------------------
+# the whole evaluation
+# --------------------------------------------------------------------------------------------
+
+
+def test_evaluate_sources_frames_and_determinism():
+    m = market(n=150, seed=10)
+    segs = {"truth": m["seg"], "random": np.random.default_rng(0).integers(0, 6, 150)}
+    args = (m["win"], m["cost"], segs, m["train"], m["eval"], m["ids"])
+    res = evaluate_sources(*args, supply="both", random_state=3)
+    assert list(res.forecasts.columns) == [
+        "advertiser_id",
+        "source",
+        "method",
+        "supply_mode",
+        "impressions_forecast",
+        "impressions_actual",
+        "spend_forecast",
+        "spend_actual",
+    ]
+    assert list(res.mape.columns) == [
+        "source",
+        "supply_mode",
+        "method",
+        "impressions_mape",
+        "spend_mape",
+        "n_advertisers",
+        "n_zero_impressions",
+        "n_zero_spend",
+        "n_segments",
+        "kappa_win",
+        "kappa_cost",
+        "n_missing_forecast",
+    ]
+    assert set(res.mape["source"]) == {"truth", "random", "own", "global"}
+    assert len(res.mape) == 4 * 2 * 2
+    assert len(res.forecasts) == 4 * 2 * 2 * 150
+    assert set(res.segment_cdfs["source"]) == {"truth", "random", "global"}  # "own" left out
+    assert set(res.segment_cdfs["kind"]) == {"win", "cost"}
+    assert (res.segment_sizes.groupby("source")["n_advertisers"].sum() == 150).all()
+    assert set(res.kappa["source"]) == {"truth", "random", "own", "global"}
+    assert res.supply is not None and len(res.supply) == 150
+    again = evaluate_sources(*args, supply="both", random_state=3)
+    pd.testing.assert_frame_equal(res.mape, again.mape)
+    seg_rows = res.mape[res.mape.method == "segment"]
+    assert seg_rows[["kappa_win", "kappa_cost"]].isna().all().all()
+
+
+def test_pooled_segments_beat_own_samples_for_small_advertisers():
+    """The paper's premise: with few samples per advertiser, the true segments' pooled c.d.f.s
+    forecast better than each advertiser's own samples, and better than random segments."""
+    m = market(n=400, k=6, mean_samples=8, seed=11)
+    segs = {"truth": m["seg"], "random": np.random.default_rng(1).integers(0, 6, 400)}
+    res = evaluate_sources(m["win"], m["cost"], segs, m["train"], m["eval"], m["ids"])
+    t = res.mape[res.mape.supply_mode == "actual"].set_index(["source", "method"])
+    for col in ("impressions_mape", "spend_mape"):
+        assert t.loc[("truth", "segment"), col] < t.loc[("own", "segment"), col]
+        assert t.loc[("truth", "segment"), col] < t.loc[("random", "segment"), col]
+        assert t.loc[("truth", "segment"), col] < t.loc[("global", "segment"), col]
+        # shrinkage never does much worse than the pure segment when segments are right
+        assert t.loc[("truth", "blended"), col] < t.loc[("truth", "segment"), col] * 1.1
+        # ...and rescues a poor segmentation towards the advertisers' own samples
+        assert t.loc[("random", "blended"), col] < t.loc[("random", "segment"), col]
+
+
+def test_blended_beats_segment_when_advertisers_differ_within_segments():
+    m = market(n=300, k=3, mean_samples=200, advertiser_spread=0.4, seed=12)
+    res = evaluate_sources(
+        m["win"], m["cost"], {"truth": m["seg"]}, m["train"], m["eval"], m["ids"]
+    )
+    t = res.mape[res.mape.supply_mode == "actual"].set_index(["source", "method"])
+    assert (
+        t.loc[("truth", "blended"), "impressions_mape"]
+        < t.loc[("truth", "segment"), "impressions_mape"]
+    )
+
+
+def test_bad_inputs_get_clear_errors():
+    m = market(n=20, seed=13)
+    segs = {"s": m["seg"]}
+    ok = (m["win"], m["cost"], segs, m["train"], m["eval"], m["ids"])
+    with pytest.raises(ValueError, match="one array per advertiser"):
+        evaluate_sources(m["win"][:-1], *ok[1:])
+    with pytest.raises(ValueError, match=r"segmentations\['s'\]"):
+        evaluate_sources(m["win"], m["cost"], {"s": m["seg"][:-1]}, *ok[3:])
+    bad = m["eval"].copy()
+    bad.loc[3, "advertiser_id"] = "nobody"
+    with pytest.raises(ValueError, match="not in advertiser_ids"):
+        evaluate_sources(*ok[:4], bad, m["ids"])
+    bad = m["eval"].copy()
+    bad.loc[2, "bid_ecpm"] = -1.0
+    with pytest.raises(ValueError, match="bid_ecpm"):
+        evaluate_sources(*ok[:4], bad, m["ids"])
+    with pytest.raises(ValueError, match="lacks column"):
+        evaluate_sources(*ok[:4], m["eval"].drop(columns="spend"), m["ids"])
+    with pytest.raises(ValueError, match="train_delivery"):
+        evaluate_sources(m["win"], m["cost"], segs, None, m["eval"], m["ids"], supply="forecast")
+    with pytest.raises(ValueError, match="supply"):
+        evaluate_sources(*ok, supply="guess")
+    with pytest.raises(ValueError, match="non-finite"):
+        evaluate_sources([np.array([np.nan])] + m["win"][1:], *ok[1:])
