@@ -376,9 +376,9 @@ class SCCBG(BaseFuser):
                 run = self._run(Y, mult, block_of, first, float(g), c)
                 full = run["labels"][inverse]
                 score = _anmi(full, labels)
-                scores[float(g)] = (score, run["fallback"])
-                key = (not run["fallback"], score)
-                if best is None or key > best[0]:  # strict: ties keep the smaller γ
+                scores[float(g)] = (score, run["fallback_used"])
+                key = gamma_choice_key(score, run["fallback_used"])
+                if best is None or key > best[0]:  # strict: ties keep the earlier (smaller) γ
                     best = (key, float(g), run)
             self.gamma_scores_ = scores
             self.gamma_ = best[1]
@@ -581,6 +581,20 @@ def _renumber(labels, first, c) -> np.ndarray:
     rank = np.empty(c, dtype=np.int64)
     rank[np.argsort(lowest)] = np.arange(c)
     return rank[labels]
+
+
+def gamma_choice_key(anmi: float, fallback_used: bool) -> tuple[bool, float]:
+    """The ``gamma="auto"`` rule as a sort key (larger is better): runs whose labels came straight
+    from c components beat runs that needed a fallback; then the higher ANMI wins. Candidates are
+    tried in ``gamma_grid`` order and ties keep the earlier one."""
+    return (not fallback_used, float(anmi))
+
+
+def anmi(pred: np.ndarray, labels: np.ndarray) -> float:
+    """Average NMI (arithmetic normalisation) of a partition (n,) with the base clusterings
+    (n, m), each scored on the items it labels. The label-free quality score behind
+    ``gamma="auto"`` (Strehl & Ghosh 2002). O(n m)."""
+    return _anmi(pred, labels)
 
 
 def _anmi(pred: np.ndarray, labels: np.ndarray) -> float:

@@ -1,0 +1,516 @@
+"""SCCBG / SPCC: the invariants of shared/specs/sccbg.md §7 on small synthetic ensembles."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from sklearn.datasets import make_blobs
+from threadpoolctl import threadpool_limits
+
+from adseg.consensus import FUSERS, relabel
+from adseg.consensus.sccbg import (
+    SCCBG,
+    anmi,
+    gamma_choice_key,
+    h_matrix,
+    membership_matrix,
+    objective,
+    phi,
+    s_step,
+    spectral,
+    w_step,
+)
+from adseg.ensemble import kmeans_ensemble
+from adseg.metrics import ari, clustering_accuracy
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    # Tiny GEMMs: threads only add contention on the shared CI cores.
+    with threadpool_limits(1):
+        yield
+
+
+def blobs_ensemble(n=150, c=3, m=10, std=1.0, seed=0):
+    X, y = make_blobs(n_samples=n, centers=c, cluster_std=std, random_state=seed)
+    return kmeans_ensemble(X, m, c, random_state=seed), y
+
+
+def setup(labels):
+    Y, block_of = membership_matrix(labels)
+    C = Y.T @ Y
+    C_off = C - np.diag(np.diag(C))
+    blocks = [np.nonzero(block_of == b)[0] for b in range(labels.shape[1])]
+    return Y, C, C_off, blocks, block_of
+
+
+@pytest.fixture(scope="module")
+def noisy():
+    """Overlapping blobs with k_b in [c, 2c]: an ensemble that really disagrees."""
+    X, y = make_blobs(n_samples=60, centers=3, cluster_std=2.5, random_state=3)
+    rng = np.random.RandomState(3)
+    from sklearn.cluster import KMeans
+
+    labels = np.column_stack(
+        [KMeans(int(k), n_init=1, random_state=j).fit_predict(X) for j, k in
+         enumerate(rng.randint(3, 7, size=8))]
+    )  # fmt: skip
+    return labels, y
+
+
+# 1. Y / C structure ----------------------------------------------------------------------------
+
+
+def test_membership_and_cluster_similarity_structure(noisy):
+    labels, _ = noisy
+    n, m = labels.shape
+    Y, C, _, blocks, block_of = setup(labels)
+    assert set(np.unique(Y)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(Y.sum(1), m)
+    sizes = Y.sum(0)
+    np.testing.assert_array_equal(C, C.T)
+    np.testing.assert_array_equal(np.diag(C), sizes)
+    for J in blocks:
+        sub = C[np.ix_(J, J)]
+        np.testing.assert_array_equal(sub - np.diag(np.diag(sub)), 0)
+    np.testing.assert_array_equal(C.sum(1), m * sizes)
+    assert C.sum() == n * m * m
+    # Relabelling inside one clustering only permutes columns of its block.
+    relabelled = labels.copy()
+    relabelled[:, 0] = 10 - labels[:, 0]
+    Y2, _ = membership_matrix(relabelled)
+    assert sorted(map(tuple, Y.T)) == sorted(map(tuple, Y2.T))
+
+
+# 3–5. spectral identities, block components, Φ ------------------------------------------------
+
+
+def dense_laplacian(S):
+    n, k = S.shape
+    G = np.block([[np.zeros((n, n)), S], [S.T, np.zeros((k, k))]])
+    d = G.sum(1)
+    return np.eye(n + k) - G / np.sqrt(np.outer(d, d))
+
+
+def test_spectral_identities_against_dense_laplacian():
+    rng = np.random.default_rng(0)
+    n, k, c = 9, 6, 3
+    S = rng.uniform(0.05, 1.0, size=(n, k))
+    sig, U, V, du, dv = spectral(S, np.ones(n), c)
+    F = np.vstack([U, V]) / np.sqrt(2)
+    np.testing.assert_allclose(F.T @ F, np.eye(c), atol=1e-10)
+    assert np.all((sig >= 0) & (sig <= 1)) and abs(sig[0] - 1) < 1e-12
+    L = dense_laplacian(S)
+    H = h_matrix(U, V, du, dv)
+    np.testing.assert_allclose((S * H).sum(), c - sig.sum(), atol=1e-10)
+    np.testing.assert_allclose(np.trace(F.T @ L @ F), c - sig.sum(), atol=1e-10)
+    # Eigenvalues of L are {1 ± σ_i} ∪ {1}×|n−k|.
+    all_sig = np.linalg.svd(S / np.sqrt(np.outer(du, dv)), compute_uv=False)
+    expected = np.sort(np.concatenate([1 - all_sig, 1 + all_sig, np.ones(abs(n - k))]))
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(L)), expected, atol=1e-10)
+    # The F-step is optimal: any other orthonormal F gives a larger trace.
+    Q, _ = np.linalg.qr(rng.normal(size=(n + k, c)))
+    assert np.trace(Q.T @ L @ Q) >= c - sig.sum() - 1e-12
+
+
+def test_spectral_with_multiplicities_equals_expanded_rows():
+    rng = np.random.default_rng(1)
+    S = rng.uniform(0.0, 1.0, size=(5, 7))
+    mult = np.array([1.0, 3.0, 2.0, 1.0, 4.0])
+    sig, U, V, du, dv = spectral(S, mult, 3)
+    big = np.repeat(S, mult.astype(int), axis=0)
+    sig2, U2, V2, _, dv2 = spectral(big, np.ones(big.shape[0]), 3)
+    np.testing.assert_allclose(sig, sig2, atol=1e-12)
+    np.testing.assert_allclose(dv, dv2)
+    np.testing.assert_allclose(
+        h_matrix(U, V, du, dv),
+        h_matrix(U2, V2, big.sum(1), dv2)[np.cumsum(mult).astype(int) - 1],
+        atol=1e-10,
+    )
+
+
+def test_block_diagonal_graph_has_c_components_and_expected_h():
+    rng = np.random.default_rng(2)
+    rows, cols, c = [4, 3, 5], [2, 3, 2], 3
+    S = np.zeros((sum(rows), sum(cols)))
+    r0 = np.cumsum([0, *rows])
+    c0 = np.cumsum([0, *cols])
+    for b in range(c):
+        S[r0[b] : r0[b + 1], c0[b] : c0[b + 1]] = rng.uniform(0.2, 1, size=(rows[b], cols[b]))
+    sig, U, V, du, dv = spectral(S, np.ones(S.shape[0]), c + 1)
+    np.testing.assert_allclose(sig[:c], 1.0, atol=1e-10)
+    assert sig[c] < 1 - 1e-3
+    n, k = S.shape
+    assert np.linalg.matrix_rank(dense_laplacian(S), tol=1e-8) == n + k - c
+    H = h_matrix(U[:, :c], V[:, :c], du, dv)
+    vol = [2 * S[r0[b] : r0[b + 1]].sum() for b in range(c)]
+    for p in range(c):
+        for q in range(c):
+            block = H[r0[p] : r0[p + 1], c0[q] : c0[q + 1]]
+            want = 0.0 if p == q else 1 / vol[p] + 1 / vol[q]
+            np.testing.assert_allclose(block, want, atol=1e-10)
+
+
+def test_phi_matrix_form_equals_triple_loop(noisy):
+    labels, _ = noisy
+    Y, C, *_ = setup(labels[:12])
+    rng = np.random.default_rng(3)
+    S, W = rng.uniform(size=Y.shape), rng.uniform(size=Y.shape)
+    n, k = Y.shape
+    brute = sum(
+        C[p, q] * (S[i, p] - S[i, q]) ** 2 * W[i, p] * W[i, q]
+        for i in range(n)
+        for p in range(k)
+        for q in range(k)
+    )
+    np.testing.assert_allclose(phi(S, W, C), brute, rtol=1e-12)
+
+
+# 6. W-step -------------------------------------------------------------------------------------
+
+
+def w_row_objective(w, a2, B, lam, gamma):
+    return float(a2 @ (w * w) - lam * w.sum() + gamma * w @ B @ w)
+
+
+def w_fixed_point_residual(S, W, Y, C, lam, gamma):
+    g = np.maximum(S**2 * (W @ C) - 2 * S * ((S * W) @ C) + (S**2 * W) @ C, 0)
+    grad = 2 * (S - Y) ** 2 * W - lam + 2 * gamma * g
+    return np.abs(np.clip(W - grad, 0, 1) - W).max()  # projected-gradient residual
+
+
+def test_w_step_is_a_kkt_point_and_matches_lbfgsb(noisy):
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(4)
+    gamma, lam = 2e-3, 0.5
+    # Iteration 1 (S = Y): A ≡ 0, so Q = 2γB is indefinite whenever B ≠ 0 (spec A7).
+    i = 0
+    B0 = C * (Y[i][:, None] - Y[i][None, :]) ** 2
+    assert np.linalg.eigvalsh(2 * gamma * B0).min() < 0
+    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
+    W0 = np.ones_like(Y)
+    W, _ = w_step(S, W0.copy(), Y, C_off, blocks, lam, gamma, tol=1e-12, max_sweeps=500)
+    assert W.min() >= 0 and W.max() <= 1
+    assert w_fixed_point_residual(S, W, Y, C, lam, gamma) < 1e-8
+    for i in range(5):
+        a2 = (S[i] - Y[i]) ** 2
+        B = C * (S[i][:, None] - S[i][None, :]) ** 2
+
+        def fun(w, a2=a2, B=B):
+            return w_row_objective(w, a2, B, lam, gamma), 2 * a2 * w - lam + 2 * gamma * B @ w
+
+        ref = minimize(fun, W0[i], jac=True, method="L-BFGS-B", bounds=[(0, 1)] * len(a2))
+        ours = w_row_objective(W[i], a2, B, lam, gamma)
+        assert ours <= w_row_objective(W0[i], a2, B, lam, gamma) + 1e-12
+        assert ours <= ref.fun + 1e-6 * max(1.0, abs(ref.fun))  # soft: non-convex
+
+
+def test_w_step_closed_forms(noisy):
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(5)
+    S = np.clip(Y + rng.normal(scale=0.4, size=Y.shape), 0, 1)
+    S[:, 0] = Y[:, 0]  # some A = 0 entries
+    lam = 0.3
+    W, _ = w_step(S, np.full_like(Y, 0.5), Y, C_off, blocks, lam, 0.0)
+    A2 = (S - Y) ** 2
+    with np.errstate(divide="ignore"):
+        want = np.where(A2 > 1e-12, np.minimum(1, lam / (2 * A2)), 1.0)
+    np.testing.assert_allclose(W, want, atol=1e-12)
+    # W ≡ 1 once λ ≥ 2 + 2γ m max|π|.
+    gamma = 1e-2
+    lam = 2 + 2 * gamma * labels.shape[1] * Y.sum(0).max()
+    W, _ = w_step(S, rng.uniform(size=Y.shape), Y, C_off, blocks, lam, gamma)
+    np.testing.assert_array_equal(W, 1.0)
+
+
+# 7. S-step -------------------------------------------------------------------------------------
+
+
+def s_row_objective(s, w, y, E, h, gamma, rho):
+    return float(
+        (w**2 * (s - y) ** 2).sum()
+        + gamma * (E * (s[:, None] - s[None, :]) ** 2).sum()
+        + rho * h @ s
+    )
+
+
+def test_s_step_decreases_surrogate_is_a_fixed_point_and_is_unique(noisy):
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(6)
+    gamma, rho = 1e-2, 50.0
+    W = rng.uniform(0.2, 1, size=Y.shape)
+    S0 = np.clip(Y + rng.normal(scale=0.2, size=Y.shape), 0, 1)
+    sig, U, V, du, dv = spectral(S0, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    before = objective(S0, W, Y, C, 1.0, gamma, rho, H)
+    S, _ = s_step(S0.copy(), W, Y, C_off, blocks, gamma, rho, H, tol=1e-13, max_sweeps=2000)
+    assert S.min() >= 0 and S.max() <= 1
+    assert objective(S, W, Y, C, 1.0, gamma, rho, H) <= before
+    # Fixed point of the clip formula, evaluated for all coordinates at once.
+    num = 2 * W**2 * Y + 4 * gamma * W * ((W * S) @ C_off) - rho * H
+    den = 2 * W**2 + 4 * gamma * W * (W @ C_off)
+    assert np.abs(np.clip(num / den, 0, 1) - S).max() < 1e-8
+    # Convex: a different warm start reaches the same S; L-BFGS-B agrees row by row.
+    S_other, _ = s_step(
+        rng.uniform(size=Y.shape), W, Y, C_off, blocks, gamma, rho, H, tol=1e-13, max_sweeps=2000
+    )
+    np.testing.assert_allclose(S_other, S, atol=1e-7)
+    for i in range(4):
+        E = C_off * np.outer(W[i], W[i])
+
+        def fun(s, i=i, E=E):
+            grad = 2 * W[i] ** 2 * (s - Y[i]) + 4 * gamma * (E.sum(1) * s - E @ s) + rho * H[i]
+            return s_row_objective(s, W[i], Y[i], E, H[i], gamma, rho), grad
+
+        ref = minimize(fun, S0[i], jac=True, method="L-BFGS-B", bounds=[(0, 1)] * Y.shape[1],
+                       options=dict(ftol=1e-15, gtol=1e-12))  # fmt: skip
+        np.testing.assert_allclose(S[i], ref.x, atol=1e-5)
+
+
+def test_w_step_does_not_increase_the_objective(noisy):
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(7)
+    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
+    W0 = rng.uniform(size=Y.shape)
+    H = np.zeros_like(Y)
+    lam, gamma = 0.7, 5e-3
+    before = objective(S, W0, Y, C, lam, gamma, 1.0, H)
+    W, _ = w_step(S, W0.copy(), Y, C_off, blocks, lam, gamma)
+    assert objective(S, W, Y, C, lam, gamma, 1.0, H) <= before + 1e-12
+
+
+# 9–11. end to end ------------------------------------------------------------------------------
+
+
+def test_identical_clusterings_are_recovered_in_one_iteration():
+    rng = np.random.default_rng(8)
+    truth = rng.integers(0, 4, size=80)
+    cols = []
+    for _ in range(6):  # same partition, relabelled per column
+        perm = rng.permutation(4) + 10
+        cols.append(perm[truth])
+    f = SCCBG(4, random_state=0).fit(np.column_stack(cols))
+    assert ari(truth, f.labels_) == 1.0
+    assert f.n_iter_ == 1 and f.converged_ and f.labels_path_ == "components"
+    assert not f.fallback_used_ and f.n_components_found_ == 4
+    np.testing.assert_array_equal(f.edge_weights_, 1.0)
+    Y, _ = membership_matrix(relabel(np.column_stack(cols)))  # the fuser's column order
+    np.testing.assert_array_equal(f.graph_, Y)
+
+
+def test_recovery_on_separated_blobs():
+    labels, y = blobs_ensemble(n=150, c=3, m=10, std=1.5, seed=1)
+    base = np.mean([clustering_accuracy(y, labels[:, j]) for j in range(labels.shape[1])])
+    assert base >= 0.8
+    f = SCCBG(3, random_state=0).fit(labels)
+    assert np.unique(f.labels_).size == 3 and not f.fallback_used_
+    assert clustering_accuracy(y, f.labels_) >= base
+
+
+def test_robust_to_a_corrupted_clustering():
+    labels, y = blobs_ensemble(n=150, c=3, m=10, std=1.0, seed=2)
+    clean = SCCBG(3, random_state=0).fit_predict(labels)
+    rng = np.random.default_rng(9)
+    corrupted = labels.copy()
+    corrupted[:, 0] = rng.integers(0, 3, size=labels.shape[0])  # one clustering is noise
+    corrupted[:, 1] = rng.integers(0, 5, size=labels.shape[0])  # and one with 5 random clusters
+    f = SCCBG(3, random_state=0).fit(corrupted)
+    assert clustering_accuracy(y, corrupted[:, 0]) < 0.5  # the corruption is real
+    assert clustering_accuracy(y, clean) >= 0.98
+    assert clustering_accuracy(y, f.labels_) >= clustering_accuracy(y, clean) - 0.01
+    assert ari(clean, f.labels_) >= 0.95
+    assert not f.fallback_used_
+
+
+def test_output_contract_determinism_and_permutation_invariance(noisy):
+    labels, _ = noisy
+    f = SCCBG(3, random_state=0).fit(labels)
+    out = f.labels_
+    assert out.shape == (labels.shape[0],) and out.dtype == np.int64
+    np.testing.assert_array_equal(np.unique(out), np.arange(3))
+    np.testing.assert_array_equal(SCCBG(3, random_state=0).fit_predict(labels), out)
+    assert f.graph_.shape == f.edge_weights_.shape == (labels.shape[0], f.cluster_ids_.shape[0])
+    assert 0 <= f.graph_.min() and f.graph_.max() <= 1
+    assert 0 <= f.edge_weights_.min() and f.edge_weights_.max() <= 1
+    assert f.n_components_found_ >= 1 and f.n_isolated_instances_ >= 0
+    # SCCBG-W: permuting and relabelling the base clusterings leaves the partition unchanged.
+    rng = np.random.default_rng(10)
+    perm_labels = labels[:, rng.permutation(labels.shape[1])]
+    perm_labels = perm_labels * 7 + 3
+    a = SCCBG(3, learn_weights=False, random_state=0).fit_predict(labels)
+    b = SCCBG(3, learn_weights=False, random_state=0).fit_predict(perm_labels)
+    assert ari(a, b) == 1.0
+
+
+def test_compression_of_identical_rows_is_exact(noisy):
+    labels, _ = noisy
+    big = np.vstack([labels, labels[:25], labels[::2]])
+    a = SCCBG(3, gamma=1e-3, random_state=0).fit(big)
+    b = SCCBG(3, gamma=1e-3, compress=False, random_state=0).fit(big)
+    assert a.n_unique_rows_ < big.shape[0] == b.n_unique_rows_
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_allclose(a.graph_, b.graph_, atol=1e-10)
+    np.testing.assert_allclose(a.edge_weights_, b.edge_weights_, atol=1e-10)
+
+
+# 12–13. schedule and the SCCBG-W equivalence ---------------------------------------------------
+
+
+def test_schedule_lambda_doubles_and_rho_moves_by_factors_of_two(noisy):
+    labels, _ = noisy
+    f = SCCBG(3, random_state=0).fit(labels)
+    t = np.arange(f.n_iter_)
+    np.testing.assert_allclose(f.lambda_history_, 0.5 * 2.0**t)
+    assert f.rho_history_[0] == 1.0
+    ratios = f.rho_history_[1:] / f.rho_history_[:-1]
+    assert set(np.round(ratios, 12)) <= {2.0, 1.0, 0.5}  # 1: exactly c components found
+    # ρ grows while there are fewer than c components: the first steps double.
+    assert ratios[0] == 2.0
+
+
+def test_sccbg_w_equals_sccbg_for_small_gamma(noisy):
+    labels, _ = noisy
+    n, m = labels.shape
+    Y, _ = membership_matrix(labels)
+    gamma = 1e-5
+    assert 2 * gamma * m * Y.sum(0).max() < 0.5
+    a = SCCBG(3, gamma=gamma, random_state=0).fit(labels)
+    b = SCCBG(3, gamma=gamma, learn_weights=False, random_state=0).fit(labels)
+    np.testing.assert_array_equal(a.min_edge_weights_, 1.0)
+    np.testing.assert_allclose(a.graph_, b.graph_, atol=1e-8)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_large_gamma_drops_conflicting_entries_early(noisy):
+    labels, _ = noisy
+    f = SCCBG(3, gamma=1e-1, random_state=0).fit(labels)
+    # 2γg ≥ λ0 excludes entries in the first iteration; the minimum records them ...
+    assert f.min_edge_weights_.min() == 0.0
+    # ... while W itself ends at 1 once λ has outgrown the conflict mass.
+    np.testing.assert_array_equal(f.edge_weights_, 1.0)
+
+
+# 14. fallbacks ---------------------------------------------------------------------------------
+
+
+def extractor(c):
+    f = SCCBG(c, random_state=0)
+    f._rng = np.random.RandomState(0)
+    return f
+
+
+def test_isolated_instance_is_attached_by_co_association():
+    # Two blocks of items over clusters {0,1} | {2,3}; item 4 has no edge left in S.
+    labels = np.array([[0, 0], [0, 0], [0, 0], [1, 1], [1, 1], [1, 1], [0, 1]])
+    Y, _ = membership_matrix(labels)
+    S = Y.copy()
+    S[6] = 0.0
+    S[6, 0] = 0.0
+    lab, path, K, n_iso = extractor(2)._extract(S, Y, np.ones(7), np.zeros((7, 2)), np.arange(7), 2)
+    assert path == "components+isolated" and K == 2 and n_iso == 1
+    np.testing.assert_array_equal(lab[:6], [0, 0, 0, 1, 1, 1])
+    # Co-association ½ with both groups: the tie goes to the lowest label.
+    assert lab[6] == 0
+    S2 = Y.copy()
+    S2[6] = 0.0
+    Y2 = Y.copy()
+    Y2[6] = Y[4]  # now it agrees fully with the second group
+    lab2, *_ = extractor(2)._extract(S2, Y2, np.ones(7), np.zeros((7, 2)), np.arange(7), 2)
+    assert lab2[6] == 1
+
+
+def test_too_many_components_are_merged_and_too_few_use_kmeans():
+    labels = np.array([[0, 0]] * 3 + [[1, 1]] * 3 + [[2, 2]] * 2)
+    Y, _ = membership_matrix(labels)
+    lab, path, K, _ = extractor(2)._extract(Y, Y, np.ones(8), np.zeros((8, 2)), np.arange(8), 2)
+    assert path == "merge" and K == 3
+    np.testing.assert_array_equal(np.unique(lab), [0, 1])
+    # One component but c = 2: k-means on the embedding rows.
+    S = np.ones_like(Y)
+    U = np.vstack([np.tile([1.0, 0.0], (4, 1)), np.tile([0.0, 1.0], (4, 1))])
+    lab, path, K, _ = extractor(2)._extract(S, Y, np.ones(8), U, np.arange(8), 2)
+    assert path == "kmeans" and K == 1
+    np.testing.assert_array_equal(lab, [0, 0, 0, 0, 1, 1, 1, 1])
+
+
+# missing labels, γ rule, validation, registry, memory ------------------------------------------
+
+
+def test_missing_labels_mean_no_edge(noisy):
+    labels, _ = noisy
+    holey = labels.copy()
+    rng = np.random.default_rng(11)
+    holey[rng.random(labels.shape) < 0.1] = -1
+    f = SCCBG(3, random_state=0).fit(holey)
+    assert np.unique(f.labels_).size == 3
+    Y, _ = membership_matrix(holey)
+    np.testing.assert_array_equal(Y.sum(1), (holey != -1).sum(1))
+    # An item missing everywhere has no edge: it is isolated and attached by the fallback.
+    holey[0] = -1
+    f = SCCBG(3, random_state=0).fit(holey)
+    assert f.labels_path_.endswith("+isolated") and f.n_isolated_instances_ >= 1
+
+
+def test_auto_gamma_is_the_documented_label_free_rule(noisy):
+    labels, _ = noisy
+    grid = (1e-4, 1e-2, 1e-1)
+    f = SCCBG(3, gamma="auto", gamma_grid=grid, random_state=0).fit(labels)
+    keys = []
+    for g in grid:
+        run = SCCBG(3, gamma=g, random_state=0).fit(labels)
+        keys.append(gamma_choice_key(anmi(run.labels_, labels), run.fallback_used_))
+        assert f.gamma_scores_[g][0] == pytest.approx(keys[-1][1])
+    assert f.gamma_ == grid[int(np.argmax([k[0] * 10 + k[1] for k in keys]))]
+    np.testing.assert_array_equal(
+        f.labels_, SCCBG(3, gamma=f.gamma_, random_state=0).fit_predict(labels)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(gamma=-1.0), ValueError),
+        (dict(gamma="best"), ValueError),
+        (dict(gamma="auto", gamma_grid=()), ValueError),
+        (dict(max_iter=0), ValueError),
+        (dict(rho0=0.0), ValueError),
+        (dict(n_clusters=50), ValueError),
+    ],
+)
+def test_bad_parameters_are_rejected(noisy, kwargs, error):
+    labels, _ = noisy
+    params = dict(n_clusters=3) | kwargs
+    with pytest.raises(error):
+        SCCBG(**params).fit(labels)
+
+
+def test_registered_under_both_names():
+    assert FUSERS["sccbg"] is SCCBG and FUSERS["spcc"] is SCCBG
+
+
+def test_memory_is_linear_no_n_by_n_array():
+    labels, _ = blobs_ensemble(n=3000, c=3, m=6, std=3.0, seed=4)
+    tracemalloc.start()
+    SCCBG(3, compress=False, max_iter=3, random_state=0).fit(labels)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    n = labels.shape[0]
+    assert peak < 0.25 * n * n * 8  # an n × n float64 array alone would be 72 MB
+
+
+@pytest.mark.slow
+def test_pool_lung_beats_the_base_clusterings(shared_datasets):
+    from adseg.datasets import load_dataset
+
+    ds = load_dataset("pool_lung")
+    labels = ds.members[:, :20]
+    f = SCCBG(ds.n_classes, random_state=0).fit(labels)
+    base = np.mean([clustering_accuracy(ds.y, labels[:, j]) for j in range(20)])
+    assert clustering_accuracy(ds.y, f.labels_) > base
