@@ -1,0 +1,591 @@
+"""Reports of one run: a self-contained HTML page for analysts, a JSON summary, a CSV of forecasts.
+
+Everything here takes a :class:`ReportData` of plain frames and dicts (what the store reads back
+for a run, or what :func:`adseg.forecast.evaluate_sources` returned) and returns a string; nothing
+touches the database or the file system.
+
+* :func:`render_html` — MAPE by source (the paper's Tables 6–7 beside it), κ of the blended
+  estimate, per-segment win-rate and eCPM-cost c.d.f. plots (the paper's Figure 1, the largest
+  ``max_segments`` segments of the primary source), segment sizes, the views' consistency
+  (Table 5) and clusters per view (Table 4), forecast-vs-actual scatter plots (log-log) and the
+  worst-forecast advertisers. Plots are matplotlib (Agg, no pyplot state) PNGs inlined as base64
+  ``data:`` URIs; no external asset, script or style sheet is referenced. Every string that comes
+  from data (advertiser names and ids, source names, run metadata) goes through ``html.escape``.
+* :func:`render_json` — the schema in :data:`JSON_SCHEMA` (stable; NaN and ±inf → null).
+* :func:`render_csv` — one row per (advertiser, source, method, supply mode).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "CSV_COLUMNS",
+    "JSON_SCHEMA",
+    "JSON_SCHEMA_VERSION",
+    "JSON_SOURCE_KEYS",
+    "JSON_TOP_LEVEL_KEYS",
+    "PAPER_MAPE",
+    "ReportData",
+    "render",
+    "render_csv",
+    "render_html",
+    "render_json",
+]
+
+REFERENCE_SOURCES = ("own", "global")
+
+#: The paper's forecasting MAPE (Tables 6–7; 1,268 advertisers, one week), for comparison only.
+PAPER_MAPE = pd.DataFrame(
+    {
+        "source": ["win c.d.f.", "eCPM c.d.f.", "textual", "consensus (L2)", "proposed (RCC)"],
+        "impressions_mape": [0.1810, 0.2031, 0.3098, 0.1787, 0.1596],
+        "spend_mape": [0.1234, 0.1356, 0.2578, 0.1278, 0.0964],
+    }
+)
+
+JSON_SCHEMA_VERSION = 1
+JSON_TOP_LEVEL_KEYS = (
+    "schema_version",
+    "run_id",
+    "status",
+    "windows",
+    "parameters",
+    "seed",
+    "code_version",
+    "timings",
+    "supply_mode",
+    "sources",
+    "blended",
+    "supply_forecast",
+    "kappa",
+    "consistency",
+    "clusters_per_view",
+)
+JSON_SOURCE_KEYS = (
+    "impressions_mape",
+    "spend_mape",
+    "n_advertisers",
+    "n_segments",
+    "n_zero_impressions",
+    "n_zero_spend",
+)
+JSON_SCHEMA = """\
+render_json schema, version 1. Numbers are JSON numbers; NaN, +inf and -inf are null.
+{
+  "schema_version": 1,
+  "run_id":       run id (as given: string or integer),
+  "status":       run status string, or null,
+  "windows":      object as given in the run metadata, e.g.
+                  {"train": ["2026-01-01", "2026-01-14"], "eval": ["2026-01-15", "2026-01-21"]},
+  "parameters":   object of run parameters (as given),
+  "seed":         integer or null,
+  "code_version": string or null,
+  "timings":      {stage: seconds},
+  "supply_mode":  "actual" or "forecast": the supply behind "sources" and "blended"
+                  ("actual" whenever the run scored it),
+  "sources":      {source: ENTRY}  the paper's method (pure segment c.d.f.s) per source,
+  "blended":      {source: ENTRY}  the empirical-Bayes blended estimate per source,
+  "supply_forecast": {"segment": {source: ENTRY}, "blended": {source: ENTRY}}
+                  the same with SES-forecast supply, when the run scored both supply modes;
+                  {} otherwise,
+  "kappa":        {source: {"win": κ, "cost": κ}}  the blended estimate's shrinkage constants;
+                  null = κ infinite (the pure segment c.d.f.),
+  "consistency":  [{column: value}, ...]  the views' consistency (Table 5), records as given,
+  "clusters_per_view": [{column: value}, ...]  clusters per view and α (Table 4), as given
+}
+ENTRY = {"impressions_mape": fraction (0.16 = 16%) or null, "spend_mape": fraction or null,
+         "n_advertisers": advertisers scored, "n_segments": segments in the source,
+         "n_zero_impressions": zero actuals left out of the impressions MAPE,
+         "n_zero_spend": zero actuals left out of the spend MAPE}
+Sources "own" (each advertiser its own segment: no segmentation) and "global" (one segment)
+are the references.
+"""
+
+CSV_COLUMNS = (
+    "advertiser_id",
+    "advertiser_name",
+    "source",
+    "method",
+    "supply_mode",
+    "impressions_forecast",
+    "impressions_actual",
+    "spend_forecast",
+    "spend_actual",
+)
+
+_FORECAST_COLUMNS = CSV_COLUMNS[:1] + CSV_COLUMNS[2:]
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in columns})
+
+
+@dataclass
+class ReportData:
+    """One run's results, as plain frames and dicts.
+
+    run : run metadata — keys run_id, status, windows ({"train": [start, end], "eval": [...]}),
+        parameters (dict), seed, code_version, timings ({stage: seconds}); missing keys → null.
+    mape : the MAPE frame of :class:`adseg.forecast.ForecastResult` (source, supply_mode, method,
+        impressions_mape, spend_mape, n_advertisers, n_zero_impressions, n_zero_spend,
+        n_segments, optional kappa_win, kappa_cost).
+    segment_cdfs : source, segment, kind ("win" | "cost"), bid, cdf.
+    segment_sizes : source, segment, n_advertisers (optional n_win_samples, n_cost_samples).
+    consistency : the views' consistency (Table 5), any columns (e.g. view_a, view_b, agree,
+        disagree); None = not computed.
+    clusters_per_view : clusters per view (Table 4), any columns (e.g. view, alpha, n_clusters).
+    forecasts : per-advertiser forecasts (advertiser_id, source, method, supply_mode,
+        impressions_forecast, impressions_actual, spend_forecast, spend_actual).
+    advertiser_names : advertiser_id → name (advertiser-supplied text: escaped on output).
+    primary_source : the source whose c.d.f.s and scatter plots the HTML shows; default: the run
+        parameter "fuser" if scored, else the first non-reference source of ``mape``.
+    """
+
+    run: Mapping[str, Any]
+    mape: pd.DataFrame
+    segment_cdfs: pd.DataFrame = field(
+        default_factory=lambda: _empty(["source", "segment", "kind", "bid", "cdf"])
+    )
+    segment_sizes: pd.DataFrame = field(
+        default_factory=lambda: _empty(["source", "segment", "n_advertisers"])
+    )
+    consistency: pd.DataFrame | None = None
+    clusters_per_view: pd.DataFrame | None = None
+    forecasts: pd.DataFrame = field(default_factory=lambda: _empty(_FORECAST_COLUMNS))
+    advertiser_names: Mapping[Any, str] | None = None
+    primary_source: str | None = None
+
+    @classmethod
+    def from_result(cls, run: Mapping[str, Any], result, **kwargs) -> ReportData:
+        """From an :class:`adseg.forecast.ForecastResult` plus run metadata; ``kwargs`` fill the
+        other fields (consistency, clusters_per_view, advertiser_names, primary_source)."""
+        return cls(
+            run=run,
+            mape=result.mape,
+            segment_cdfs=result.segment_cdfs,
+            segment_sizes=result.segment_sizes,
+            forecasts=result.forecasts,
+            **kwargs,
+        )
+
+    def resolved_primary_source(self) -> str | None:
+        sources = list(dict.fromkeys(self.mape["source"])) if len(self.mape) else []
+        if self.primary_source is not None:
+            return self.primary_source
+        fuser = (self.run.get("parameters") or {}).get("fuser")
+        if fuser in sources:
+            return fuser
+        named = [s for s in sources if s not in REFERENCE_SOURCES]
+        return (named or sources or [None])[0]
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(x: Any) -> Any:
+    """JSON-ready: numpy scalars → Python, NaN/inf → None, timestamps → ISO strings."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | np.ndarray | pd.Series):
+        return [_plain(v) for v in list(x)]
+    if isinstance(x, bool | np.bool_):
+        return bool(x)
+    if isinstance(x, int | np.integer):
+        return int(x)
+    if isinstance(x, float | np.floating):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, pd.Timestamp | np.datetime64):
+        return pd.Timestamp(x).isoformat()
+    if x is None or isinstance(x, str):
+        return x
+    if x is pd.NaT or (not isinstance(x, list | dict) and pd.isna(x)):
+        return None
+    if hasattr(x, "isoformat"):
+        return x.isoformat()
+    return str(x)
+
+
+def _entries(mape: pd.DataFrame, method: str, mode: str) -> dict[str, dict]:
+    rows = mape[(mape["method"] == method) & (mape["supply_mode"] == mode)]
+    return {
+        str(r["source"]): {k: _plain(r.get(k, None)) for k in JSON_SOURCE_KEYS}
+        for _, r in rows.iterrows()  # one row per source
+    }
+
+
+def _records(frame: pd.DataFrame | None) -> list[dict]:
+    if frame is None:
+        return []
+    return [_plain(r) for r in frame.to_dict(orient="records")]
+
+
+def _supply_modes(mape: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(mape["supply_mode"])) if len(mape) else []
+
+
+def render_json(data: ReportData) -> str:
+    """The run's summary as JSON, schema :data:`JSON_SCHEMA` (top-level keys exactly
+    :data:`JSON_TOP_LEVEL_KEYS`; each source entry exactly :data:`JSON_SOURCE_KEYS`)."""
+    run = data.run
+    modes = _supply_modes(data.mape)
+    primary = "actual" if "actual" in modes or not modes else "forecast"
+    supply_forecast: dict = {}
+    if primary == "actual" and "forecast" in modes:
+        supply_forecast = {
+            "segment": _entries(data.mape, "segment", "forecast"),
+            "blended": _entries(data.mape, "blended", "forecast"),
+        }
+    kappa: dict = {}
+    if "kappa_win" in data.mape.columns:
+        blended = data.mape[data.mape["method"] == "blended"]
+        for _, r in blended.drop_duplicates("source").iterrows():  # one row per source
+            kappa[str(r["source"])] = {
+                "win": _plain(r["kappa_win"]),
+                "cost": _plain(r["kappa_cost"]),
+            }
+    doc = {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "run_id": _plain(run.get("run_id")),
+        "status": _plain(run.get("status")),
+        "windows": _plain(run.get("windows") or {}),
+        "parameters": _plain(run.get("parameters") or {}),
+        "seed": _plain(run.get("seed")),
+        "code_version": _plain(run.get("code_version")),
+        "timings": _plain(run.get("timings") or {}),
+        "supply_mode": primary,
+        "sources": _entries(data.mape, "segment", primary),
+        "blended": _entries(data.mape, "blended", primary),
+        "supply_forecast": supply_forecast,
+        "kappa": kappa,
+        "consistency": _records(data.consistency),
+        "clusters_per_view": _records(data.clusters_per_view),
+    }
+    assert tuple(doc) == JSON_TOP_LEVEL_KEYS
+    return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------
+
+
+def _csv_safe(text: str) -> str:
+    """Neutralise spreadsheet formulas (OWASP CSV injection): a leading = + - @ tab or CR gets a
+    leading apostrophe, so a name like ``=HYPERLINK(...)`` is shown, not evaluated."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def render_csv(data: ReportData) -> str:
+    """Per-advertiser forecasts and actuals for every source, method and supply mode, columns
+    :data:`CSV_COLUMNS` (advertiser_name empty when unknown; spreadsheet-formula names are
+    prefixed with an apostrophe). Rows sorted by source, method, supply mode, advertiser."""
+    f = data.forecasts
+    missing = [c for c in _FORECAST_COLUMNS if c not in f.columns]
+    if missing:
+        raise ValueError(f"forecasts lacks column(s) {missing}.")
+    out = f[list(_FORECAST_COLUMNS)].copy()
+    names = data.advertiser_names or {}
+    out.insert(
+        1,
+        "advertiser_name",
+        [_csv_safe(str(names[a])) if a in names else "" for a in out["advertiser_id"]],
+    )
+    out = out.sort_values(["source", "method", "supply_mode", "advertiser_id"], kind="stable")
+    return out.to_csv(index=False, lineterminator="\n", float_format="%.10g")
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt(x: Any, kind: str = "") -> str:
+    if x is None or (isinstance(x, float | np.floating) and not math.isfinite(x)):
+        if isinstance(x, float | np.floating) and math.isinf(x):
+            return "∞" if x > 0 else "−∞"
+        return "—"
+    if kind == "pct":
+        return f"{100 * float(x):.2f}%"
+    if isinstance(x, float | np.floating):
+        return f"{float(x):.4g}"
+    return str(x)
+
+
+def _table(frame: pd.DataFrame, formats: Mapping[str, str] | None = None, cls: str = "") -> str:
+    """An HTML table of ``frame`` with every header and cell escaped."""
+    formats = formats or {}
+    head = "".join(f"<th>{_e(c)}</th>" for c in frame.columns)
+    body = []
+    for row in frame.itertuples(index=False, name=None):  # rows of a small display table
+        cells = "".join(
+            f"<td>{_e(_fmt(v, formats.get(c, '')))}</td>"
+            for c, v in zip(frame.columns, row, strict=True)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    cls_attr = f' class="{_e(cls)}"' if cls else ""
+    return f"<table{cls_attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _png(fig) -> str:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img alt="plot" src="data:image/png;base64,{data}">'
+
+
+def _cdf_plot(data: ReportData, source: str, max_segments: int) -> str:
+    from matplotlib.figure import Figure
+
+    cdfs = data.segment_cdfs[data.segment_cdfs["source"] == source]
+    if cdfs.empty:
+        return "<p>No segment c.d.f.s for this source.</p>"
+    sizes = data.segment_sizes[data.segment_sizes["source"] == source]
+    if len(sizes):
+        order = sizes.sort_values(["n_advertisers", "segment"], ascending=[False, True])
+        top = order["segment"].head(max_segments).tolist()
+        n_adv = dict(zip(sizes["segment"], sizes["n_advertisers"], strict=True))
+    else:
+        top = sorted(cdfs["segment"].unique())[:max_segments]
+        n_adv = {}
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
+    titles = {"win": "win rate (market-price c.d.f.)", "cost": "eCPM cost c.d.f."}
+    colors = [f"C{i % 10}" for i in range(len(top))]
+    for ax, kind in zip(axes, ("win", "cost"), strict=True):
+        sub = cdfs[cdfs["kind"] == kind]
+        for seg, color in zip(top, colors, strict=True):  # ≤ max_segments lines
+            line = sub[sub["segment"] == seg]
+            if line.empty:
+                continue
+            style = "-" if top.index(seg) < 10 else "--"
+            label = f"segment {seg}" + (f" ({n_adv[seg]} adv.)" if seg in n_adv else "")
+            ax.plot(line["bid"], line["cdf"], style, color=color, lw=1.4, label=label)
+        ax.set_xlabel("eCPM bid")
+        ax.set_ylabel("F(bid)")
+        ax.set_title(titles[kind])
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+def _scatter_plot(data: ReportData, source: str) -> str:
+    from matplotlib.figure import Figure
+
+    f = data.forecasts
+    f = f[f["source"] == source]
+    modes = _supply_modes(data.mape)
+    mode = "actual" if "actual" in modes or not modes else "forecast"
+    f = f[f["supply_mode"] == mode]
+    if f.empty:
+        return "<p>No forecasts for this source.</p>"
+    fig = Figure(figsize=(11, 4.6))
+    axes = fig.subplots(1, 2)
+    for ax, what in zip(axes, ("impressions", "spend"), strict=True):
+        lo, hi = math.inf, -math.inf
+        for meth, marker in (("segment", "o"), ("blended", "x")):
+            g = f[f["method"] == meth]
+            y, yhat = g[f"{what}_actual"].to_numpy(float), g[f"{what}_forecast"].to_numpy(float)
+            ok = (y > 0) & (yhat > 0)
+            if not ok.any():
+                continue
+            ax.scatter(y[ok], yhat[ok], s=9, alpha=0.5, marker=marker, label=meth)
+            lo = min(lo, y[ok].min(), yhat[ok].min())
+            hi = max(hi, y[ok].max(), yhat[ok].max())
+        if math.isfinite(lo):
+            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="forecast = actual")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"actual {what}")
+        ax.set_ylabel(f"forecast {what}")
+        ax.set_title(f"{what}: forecast vs actual ({mode} supply)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
+color:#222;line-height:1.4}
+h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.meta td{text-align:left}.note{color:#555;font-size:.9em}img{max-width:100%}
+"""
+
+
+def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) -> str:
+    """A self-contained HTML page (inline CSS and base64 PNGs, no scripts, no external links).
+
+    max_segments : number of the primary source's largest segments plotted.
+    n_worst : number of advertisers listed in the worst-forecasts table.
+    """
+    run = data.run
+    primary = data.resolved_primary_source()
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>adseg run {_e(run.get('run_id', ''))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>adseg run {_e(run.get('run_id', ''))}</h1>",
+    ]
+    meta = {
+        "status": run.get("status"),
+        "windows": json.dumps(_plain(run.get("windows") or {})),
+        "seed": run.get("seed"),
+        "code version": run.get("code_version"),
+        "primary source": primary,
+    }
+    parts.append(_table(pd.DataFrame({"": list(meta), "value": list(meta.values())}), cls="meta"))
+    params = run.get("parameters") or {}
+    if params:
+        parts.append("<h2>Parameters</h2>")
+        parts.append(
+            _table(
+                pd.DataFrame(
+                    {
+                        "parameter": list(params),
+                        "value": [json.dumps(_plain(v)) for v in params.values()],
+                    }
+                ),
+                cls="meta",
+            )
+        )
+
+    parts.append("<h2>Forecast error (MAPE) by segmentation source</h2>")
+    parts.append(
+        '<p class="note">Impressions = supply × win rate at the bid; spend = impressions × '
+        "expected paid eCPM at the bid / 1000, summed over the evaluation window. "
+        "<b>segment</b> = the paper's method (pooled segment c.d.f.s); <b>blended</b> = each "
+        "advertiser's own c.d.f. shrunk toward its segment's with weight n/(n+κ), κ chosen on the "
+        "training window. Sources <b>own</b> (no segmentation) and <b>global</b> (one segment) "
+        "are references. Zero actuals are left out of the MAPE and counted.</p>"
+    )
+    m = data.mape.copy()
+    if len(m):
+        m = m.sort_values(["supply_mode", "method", "impressions_mape"], kind="stable")
+        cols = [
+            c
+            for c in (
+                "source",
+                "supply_mode",
+                "method",
+                "impressions_mape",
+                "spend_mape",
+                "n_advertisers",
+                "n_segments",
+                "n_zero_impressions",
+                "n_zero_spend",
+                "kappa_win",
+                "kappa_cost",
+            )
+            if c in m.columns
+        ]
+        parts.append(_table(m[cols], {"impressions_mape": "pct", "spend_mape": "pct"}))
+    else:
+        parts.append("<p>No forecasts were scored.</p>")
+    parts.append(
+        '<p class="note">The paper\'s numbers (Tables 6–7; 1,268 advertisers, one week), '
+        "for orientation only — a different marketplace:</p>"
+    )
+    parts.append(_table(PAPER_MAPE, {"impressions_mape": "pct", "spend_mape": "pct"}))
+
+    if primary is not None:
+        parts.append(f"<h2>Segment bid landscapes — {_e(primary)}</h2>")
+        parts.append(
+            f'<p class="note">Pooled c.d.f.s of the {int(max_segments)} largest segments '
+            "(the paper's Figure 1).</p>"
+        )
+        parts.append(_cdf_plot(data, primary, max_segments))
+
+        sizes = data.segment_sizes[data.segment_sizes["source"] == primary]
+        if len(sizes):
+            sizes = sizes.sort_values("n_advertisers", ascending=False, kind="stable")
+            parts.append(f"<h2>Segment sizes — {_e(primary)}</h2>")
+            parts.append(
+                f'<p class="note">{len(sizes)} segments; '
+                f"{int(sizes['n_advertisers'].sum())} advertisers.</p>"
+            )
+            parts.append(_table(sizes.drop(columns="source")))
+
+    if data.consistency is not None and len(data.consistency):
+        parts.append("<h2>Consistency of the views (Table 5)</h2>")
+        pct = {
+            c: "pct"
+            for c in data.consistency.columns
+            if c in ("agree", "disagree", "tpn", "fpn", "TPN", "FPN")
+        }
+        parts.append(_table(data.consistency, pct))
+    if data.clusters_per_view is not None and len(data.clusters_per_view):
+        parts.append("<h2>Clusters per view (Table 4)</h2>")
+        parts.append(_table(data.clusters_per_view))
+
+    if primary is not None and len(data.forecasts):
+        parts.append(f"<h2>Forecast vs actual — {_e(primary)}</h2>")
+        parts.append(_scatter_plot(data, primary))
+        parts.append(_worst_table(data, primary, n_worst))
+
+    timings = run.get("timings") or {}
+    if timings:
+        parts.append("<h2>Timings</h2>")
+        parts.append(
+            _table(pd.DataFrame({"stage": list(timings), "seconds": list(timings.values())}))
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _worst_table(data: ReportData, source: str, n_worst: int) -> str:
+    f = data.forecasts
+    modes = _supply_modes(data.mape)
+    mode = "actual" if "actual" in modes or not modes else "forecast"
+    f = f[(f["source"] == source) & (f["method"] == "segment") & (f["supply_mode"] == mode)]
+    f = f[f["impressions_actual"] > 0]
+    if f.empty:
+        return ""
+    ape = (f["impressions_forecast"] - f["impressions_actual"]).abs() / f["impressions_actual"]
+    worst = f.assign(impressions_ape=ape).nlargest(n_worst, "impressions_ape")
+    names = data.advertiser_names or {}
+    table = pd.DataFrame(
+        {
+            "advertiser": worst["advertiser_id"].to_numpy(),
+            "name": [names.get(a, "") for a in worst["advertiser_id"]],
+            "impressions (forecast)": worst["impressions_forecast"].to_numpy(),
+            "impressions (actual)": worst["impressions_actual"].to_numpy(),
+            "error": worst["impressions_ape"].to_numpy(),
+            "spend (forecast)": worst["spend_forecast"].to_numpy(),
+            "spend (actual)": worst["spend_actual"].to_numpy(),
+        }
+    )
+    return f"<h3>Largest impression errors ({_e(mode)} supply, segment method)</h3>" + _table(
+        table, {"error": "pct"}
+    )
+
+
+def render(data: ReportData, fmt: str) -> str:
+    """Dispatch on ``fmt`` ∈ {"html", "json", "csv"} (for the CLI's ``--format``)."""
+    renderers = {"html": render_html, "json": render_json, "csv": render_csv}
+    if fmt not in renderers:
+        raise ValueError(f"format must be one of {sorted(renderers)}; got {fmt!r}.")
+    return renderers[fmt](data)

@@ -1,0 +1,227 @@
+"""Reports: HTML (self-contained, escaped), JSON (stable schema, NaN → null), CSV (round-trips)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from adseg.forecast import evaluate_sources
+from adseg.report import (
+    CSV_COLUMNS,
+    JSON_SCHEMA,
+    JSON_SOURCE_KEYS,
+    JSON_TOP_LEVEL_KEYS,
+    ReportData,
+    render,
+    render_csv,
+    render_html,
+    render_json,
+)
+
+EVIL = '<script>alert("x")</script> & Co'
+
+
+def _market(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    seg = rng.integers(0, 4, n)
+    win = [rng.lognormal(0.5 * seg[i], 0.4, rng.integers(0, 30)) for i in range(n)]
+    cost = [w[w < np.exp(0.5 * seg[i] + 0.3)] for i, w in enumerate(win)]
+    ids = np.array([f"a{i}" for i in range(n)])
+    days = pd.date_range("2026-02-01", periods=10)
+    adv, day = np.repeat(np.arange(n), 10), np.tile(np.arange(10), n)
+    supply = rng.integers(100, 10_000, adv.size)
+    imps = (supply * rng.uniform(0.2, 0.6, adv.size)).round()
+    imps[adv == 0] = 0  # an advertiser with zero actuals
+    frame = pd.DataFrame(
+        {
+            "advertiser_id": ids[adv],
+            "date": days[day],
+            "bid_requests": supply,
+            "bid_ecpm": np.exp(0.5 * seg[adv] + 0.3),
+            "impressions": imps,
+            "spend": imps * 1.5 / 1000,
+        }
+    )
+    return win, cost, seg, ids, frame[day < 7], frame[day >= 7]
+
+
+@pytest.fixture(scope="module")
+def data() -> ReportData:
+    win, cost, seg, ids, train, ev = _market()
+    res = evaluate_sources(win, cost, {"rcc": seg, "text": seg % 2}, train, ev, ids, supply="both")
+    names = {a: f"Advertiser {a}" for a in ids}
+    names["a3"] = EVIL
+    run = {
+        "run_id": 42,
+        "status": "completed",
+        "windows": {"train": ["2026-02-01", "2026-02-07"], "eval": ["2026-02-08", "2026-02-10"]},
+        "parameters": {"fuser": "rcc", "alphas": [0.01, 0.05, 0.1], "note": "<b>bold</b>"},
+        "seed": 7,
+        "code_version": "0.1.0+test",
+        "timings": {"forecast": 0.5, "total": 1.25},
+    }
+    consistency = pd.DataFrame(
+        {"view_a": ["win"], "view_b": ["ecpm"], "agree": [0.7421], "disagree": [0.2579]}
+    )
+    clusters = pd.DataFrame(
+        {"view": ["win", "win", "ecpm"], "alpha": [0.01, 0.05, 0.01], "n_clusters": [65, 47, 73]}
+    )
+    return ReportData.from_result(
+        run, res, advertiser_names=names, consistency=consistency, clusters_per_view=clusters
+    )
+
+
+def test_html_is_self_contained_and_escapes_advertiser_text(data):
+    page = render_html(data, n_worst=100)  # every advertiser in the worst-forecasts table
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # the advertiser's name must not be live markup; its escaped form is shown
+    assert "<script>" not in page and "<script" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; Co" in page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    # no external assets: no http(s) links, every image inline
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)", page)
+    imgs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(imgs) == 2 and all(s.startswith("data:image/png;base64,") for s in imgs)
+    for section in ("MAPE", "Segment bid landscapes", "Segment sizes", "Table 5", "Table 4"):
+        assert section in page
+    assert "74.21%" in page  # the consistency table shows percentages
+
+
+def test_html_escapes_a_hostile_source_name_and_run_id():
+    mape = pd.DataFrame(
+        {
+            "source": ["<img src=x onerror=alert(1)>"],
+            "supply_mode": ["actual"],
+            "method": ["segment"],
+            "impressions_mape": [0.1],
+            "spend_mape": [np.nan],
+            "n_advertisers": [3],
+            "n_segments": [1],
+            "n_zero_impressions": [0],
+            "n_zero_spend": [0],
+        }
+    )
+    page = render_html(ReportData(run={"run_id": "<i>r</i>"}, mape=mape))
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<i>r</i>" not in page
+
+
+def test_json_schema_keys_are_stable(data):
+    doc = json.loads(render_json(data))
+    assert tuple(doc) == JSON_TOP_LEVEL_KEYS
+    assert set(doc) == {
+        "schema_version",
+        "run_id",
+        "status",
+        "windows",
+        "parameters",
+        "seed",
+        "code_version",
+        "timings",
+        "supply_mode",
+        "sources",
+        "blended",
+        "supply_forecast",
+        "kappa",
+        "consistency",
+        "clusters_per_view",
+    }
+    assert doc["schema_version"] == 1 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
+    assert set(doc["sources"]) == {"rcc", "text", "own", "global"}
+    for block in (doc["sources"], doc["blended"], *doc["supply_forecast"].values()):
+        for entry in block.values():
+            assert set(entry) == {
+                "impressions_mape",
+                "spend_mape",
+                "n_advertisers",
+                "n_segments",
+                "n_zero_impressions",
+                "n_zero_spend",
+            }
+            assert tuple(entry) == JSON_SOURCE_KEYS
+    assert set(doc["supply_forecast"]) == {"segment", "blended"}
+    assert doc["sources"]["rcc"]["n_zero_impressions"] == 1
+    assert doc["sources"]["rcc"]["n_segments"] == 4
+    assert set(doc["kappa"]["rcc"]) == {"win", "cost"}
+    assert doc["clusters_per_view"][0] == {"view": "win", "alpha": 0.01, "n_clusters": 65}
+    # the documented schema names every key
+    for key in JSON_TOP_LEVEL_KEYS + JSON_SOURCE_KEYS:
+        assert f'"{key}"' in JSON_SCHEMA
+
+
+def test_json_nan_and_inf_become_null():
+    mape = pd.DataFrame(
+        {
+            "source": ["s", "s"],
+            "supply_mode": ["actual", "actual"],
+            "method": ["segment", "blended"],
+            "impressions_mape": [np.nan, 0.2],
+            "spend_mape": [0.1, np.inf],
+            "n_advertisers": [2, 2],
+            "n_segments": [1, 1],
+            "n_zero_impressions": [2, 2],
+            "n_zero_spend": [0, 0],
+            "kappa_win": [np.nan, np.inf],
+            "kappa_cost": [np.nan, 3.0],
+        }
+    )
+    text = render_json(ReportData(run={"run_id": "r1", "seed": np.int64(3)}, mape=mape))
+    assert "NaN" not in text and "Infinity" not in text
+    doc = json.loads(text)
+    assert doc["sources"]["s"]["impressions_mape"] is None
+    assert doc["blended"]["s"]["spend_mape"] is None
+    assert doc["kappa"] == {"s": {"win": None, "cost": 3.0}}
+    assert doc["seed"] == 3 and doc["supply_forecast"] == {} and doc["consistency"] == []
+
+
+def test_csv_round_trips_through_pandas(data):
+    text = render_csv(data)
+    back = pd.read_csv(io.StringIO(text), dtype={"advertiser_id": str}, keep_default_na=False)
+    assert tuple(back.columns) == CSV_COLUMNS
+    f = data.forecasts
+    assert len(back) == len(f)
+    key = ["source", "method", "supply_mode", "advertiser_id"]
+    merged = back.merge(f, on=key, suffixes=("", "_orig"), validate="one_to_one")
+    assert len(merged) == len(f)
+    for c in ("impressions_forecast", "impressions_actual", "spend_forecast", "spend_actual"):
+        np.testing.assert_allclose(merged[c], merged[f"{c}_orig"], rtol=1e-9)
+    assert set(back.loc[back.advertiser_id == "a3", "advertiser_name"]) == {EVIL}
+    assert set(back.loc[back.advertiser_id == "a5", "advertiser_name"]) == {"Advertiser a5"}
+    assert set(back["source"]) == {"rcc", "text", "own", "global"}
+
+
+def test_csv_neutralises_spreadsheet_formulas():
+    f = pd.DataFrame(
+        {
+            "advertiser_id": ["x"],
+            "source": ["s"],
+            "method": ["segment"],
+            "supply_mode": ["actual"],
+            "impressions_forecast": [1.0],
+            "impressions_actual": [2.0],
+            "spend_forecast": [0.1],
+            "spend_actual": [math.pi],
+        }
+    )
+    d = ReportData(run={}, mape=pd.DataFrame(), forecasts=f, advertiser_names={"x": "=1+2"})
+    back = pd.read_csv(io.StringIO(render_csv(d)))
+    assert back.loc[0, "advertiser_name"] == "'=1+2"
+    assert back.loc[0, "spend_actual"] == pytest.approx(math.pi, rel=1e-9)
+
+
+def test_render_dispatch_and_unknown_format(data):
+    assert render(data, "json") == render_json(data)
+    with pytest.raises(ValueError, match="format"):
+        render(data, "pdf")
+
+
+def test_primary_source_defaults_to_the_fuser_then_first_named(data):
+    assert data.resolved_primary_source() == "rcc"
+    d = ReportData(run={"parameters": {}}, mape=data.mape[data.mape.source != "rcc"])
+    assert d.resolved_primary_source() == "text"
