@@ -88,6 +88,7 @@ __all__ = [
     "segment_sizes",
     "select_kappa",
     "shrinkage_weights",
+    "supply_for_rows",
 ]
 
 DELIVERY_COLUMNS = ("advertiser_id", "date", "bid_requests", "bid_ecpm", "impressions", "spend")
@@ -615,44 +616,104 @@ def _ses_statsmodels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return alpha, level
 
 
+SUPPLY_MODELS = ("ses", "mean", "seasonal_naive")
+
+
+def _dates(values: pd.Series, name: str) -> np.ndarray:
+    """Calendar days (datetime64[D]) of a date column (strings, dates or timestamps)."""
+    try:
+        d = pd.to_datetime(values)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} column 'date' has values that are not dates: {exc}") from exc
+    if getattr(d.dt, "tz", None) is not None:
+        d = d.dt.tz_localize(None)
+    return d.to_numpy().astype("datetime64[D]")
+
+
+def _daily_matrix(df: pd.DataFrame, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, T) daily bid requests over the distinct days of ``df`` (NaN = no row), and the days."""
+    idx = pd.Index(ids).get_indexer(df["advertiser_id"])
+    days, day_idx = np.unique(_dates(df["date"], "train_delivery"), return_inverse=True)
+    day_idx = day_idx.ravel()
+    shape = (ids.size, max(days.size, 1))
+    flat = np.zeros(shape[0] * shape[1])
+    # duplicate (advertiser, day) rows are summed
+    np.add.at(flat, idx * shape[1] + day_idx, df["bid_requests"].to_numpy(np.float64))
+    seen = np.zeros(flat.size, dtype=bool)
+    seen[idx * shape[1] + day_idx] = True
+    return np.where(seen, flat, np.nan).reshape(shape), days
+
+
 def forecast_supply(
     train_delivery: pd.DataFrame,
     advertiser_ids: ArrayLike,
     *,
     engine: Literal["numpy", "statsmodels"] = "numpy",
 ) -> pd.DataFrame:
-    """Flat SES forecast of each advertiser's daily bid requests from the training window.
+    """Per-advertiser daily-supply forecasts from the training window's bid requests.
 
     The training days are the distinct dates of ``train_delivery``; a day without a row for an
-    advertiser is missing (not zero). Returns a frame indexed like ``advertiser_ids`` with columns
-    advertiser_id, alpha, level (forecast bid requests per day; NaN = no training delivery),
-    n_days.
+    advertiser is missing (not zero). Returns one row per ``advertiser_ids`` entry: advertiser_id,
+    alpha and level (SES smoothing parameter and flat forecast of bid requests per day), mean
+    (the training days' mean), n_days; NaN where the advertiser has no training delivery.
+    ``engine`` "numpy" (:func:`fit_ses`, all advertisers at once) or "statsmodels" (one
+    SimpleExpSmoothing fit per advertiser, ~4 ms each).
     """
     ids = _as_ids(advertiser_ids)
     df = _check_delivery(train_delivery, "train_delivery", ids, need=("bid_requests",))
-    idx = pd.Index(ids).get_indexer(df["advertiser_id"])
-    days, day_idx = np.unique(df["date"].to_numpy(), return_inverse=True)
-    y = np.full((ids.size, max(days.size, 1)), np.nan)
-    # duplicate (advertiser, day) rows are summed
-    flat = np.zeros(y.size)
-    np.add.at(flat, idx * y.shape[1] + day_idx.ravel(), df["bid_requests"].to_numpy(np.float64))
-    seen = np.zeros(y.size, dtype=bool)
-    seen[idx * y.shape[1] + day_idx.ravel()] = True
-    y = np.where(seen, flat, np.nan).reshape(y.shape)
+    y, _ = _daily_matrix(df, ids)
     if engine == "numpy":
         alpha, level = fit_ses(y)
     elif engine == "statsmodels":
         alpha, level = _ses_statsmodels(y)
     else:
         raise ValueError(f"engine must be 'numpy' or 'statsmodels'; got {engine!r}.")
+    n_days = np.isfinite(y).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n_days > 0, np.nansum(y, axis=1) / n_days, np.nan)
     return pd.DataFrame(
-        {
-            "advertiser_id": ids,
-            "alpha": alpha,
-            "level": level,
-            "n_days": seen.reshape(y.shape).sum(1),
-        }
+        {"advertiser_id": ids, "alpha": alpha, "level": level, "mean": mean, "n_days": n_days}
     )
+
+
+def supply_for_rows(
+    train_delivery: pd.DataFrame,
+    advertiser_ids: ArrayLike,
+    row_adv: ArrayLike,
+    row_dates: ArrayLike,
+    *,
+    model: Literal["ses", "mean", "seasonal_naive"] = "ses",
+    engine: Literal["numpy", "statsmodels"] = "numpy",
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Forecast bid requests for evaluation rows (advertiser index ``row_adv``, day
+    ``row_dates``), (R,), from the training window alone.
+
+    model : "ses" — the SES level (flat; the DESIGN's exponential-smoothing forecast);
+        "mean" — the training days' mean (flat);
+        "seasonal_naive" — the advertiser's latest training value on the same weekday, else its
+        mean (weekly supply profiles; needs no fitted parameter).
+    Returns (supply per row, NaN where the advertiser has no training delivery; the frame of
+    :func:`forecast_supply`).
+    """
+    if model not in SUPPLY_MODELS:
+        raise ValueError(f"supply_model must be one of {SUPPLY_MODELS}; got {model!r}.")
+    ids = _as_ids(advertiser_ids)
+    frame = forecast_supply(train_delivery, ids, engine=engine)
+    row_adv = np.asarray(row_adv, dtype=np.int64)
+    if model == "ses":
+        return frame["level"].to_numpy()[row_adv], frame
+    mean = frame["mean"].to_numpy()
+    if model == "mean":
+        return mean[row_adv], frame
+    y, days = _daily_matrix(train_delivery, ids)
+    weekday = (days.astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday (3)
+    table = np.full((ids.size, 7), np.nan)
+    for t in range(days.size):  # loop over training days: later days overwrite earlier ones
+        ok = np.isfinite(y[:, t])
+        table[ok, weekday[t]] = y[ok, t]
+    row_wd = (np.asarray(row_dates).astype("datetime64[D]").astype(np.int64) + 3) % 7
+    out = table[row_adv, row_wd]
+    return np.where(np.isfinite(out), out, mean[row_adv]), frame
 
 
 # --------------------------------------------------------------------------------------------
@@ -717,7 +778,7 @@ class ForecastResult:
     segment_sizes : source, segment, n_advertisers, n_win_samples, n_cost_samples.
     kappa : source, kind, kappa, loss_own (κ=0), loss_segment (κ=∞), loss_best — the held-out
         c.d.f. errors of the training-window split behind each κ.
-    supply : advertiser_id, alpha, level, n_days of the SES supply forecast (None if not used).
+    supply : advertiser_id, alpha, level, mean, n_days of the supply forecast (None if unused).
     timings : seconds per stage.
     """
 
@@ -830,7 +891,9 @@ def evaluate_sources(
     kappa: float | Literal["cv"] = "cv",
     kappa_grid: ArrayLike = DEFAULT_KAPPA_GRID,
     add_references: bool = True,
+    supply_model: Literal["ses", "mean", "seasonal_naive"] = "ses",
     supply_engine: Literal["numpy", "statsmodels"] = "numpy",
+    spend_price: Literal["cost", "market"] = "cost",
     cdf_grid_size: int = 101,
     random_state=0,
 ) -> ForecastResult:
@@ -848,7 +911,13 @@ def evaluate_sources(
     eval_delivery : evaluation-window delivery, one row per (advertiser_id, date) with
         bid_requests, bid_ecpm, impressions, spend. Only advertisers with rows are forecast.
     advertiser_ids : (n,) unique ids; the order of the sample lists and segmentations.
-    supply : "actual" (the window's bid requests), "forecast" (SES from train_delivery), "both".
+    supply : "actual" (the window's bid requests), "forecast" (from train_delivery), "both".
+    supply_model : the "forecast" supply: "ses" (default), "mean", "seasonal_naive" — see
+        :func:`supply_for_rows`. supply_engine : "numpy" or "statsmodels" for "ses".
+    spend_price : expected paid eCPM at the bid from the eCPM-cost samples ("cost", the paper's
+        eCPM cost c.d.f.; default) or from the market-price samples ("market": E[price | price ≤
+        bid], the second-price charge — not censored at each advertiser's own historical bid,
+        which the cost samples are: they exist only for auctions won at that bid).
     methods : any of "segment" (the paper: segment c.d.f. only) and "blended" (empirical Bayes).
     kappa : "cv" (per source and kind by :func:`select_kappa`) or a fixed κ ≥ 0 for "blended".
     add_references : also evaluate ``reference_segmentations(n)`` ("own", "global") unless
@@ -875,6 +944,10 @@ def evaluate_sources(
         raise ValueError(f"methods must be among 'segment', 'blended'; got {list(methods)}.")
     if not (kappa == "cv" or (isinstance(kappa, int | float) and kappa >= 0)):
         raise ValueError(f"kappa must be 'cv' or a number >= 0; got {kappa!r}.")
+    if spend_price not in ("cost", "market"):
+        raise ValueError(f"spend_price must be 'cost' or 'market'; got {spend_price!r}.")
+    if supply_model not in SUPPLY_MODELS:
+        raise ValueError(f"supply_model must be one of {SUPPLY_MODELS}; got {supply_model!r}.")
     if "forecast" in modes and train_delivery is None:
         raise ValueError("supply='forecast' needs train_delivery (the training window's supply).")
     ev = _check_delivery(
@@ -919,8 +992,14 @@ def evaluate_sources(
     supply_frame = None
     if "forecast" in modes:
         t = time.perf_counter()
-        supply_frame = forecast_supply(train_delivery, ids, engine=supply_engine)
-        row_supply["forecast"] = supply_frame["level"].to_numpy()[row_adv]
+        row_supply["forecast"], supply_frame = supply_for_rows(
+            train_delivery,
+            ids,
+            row_adv,
+            _dates(ev["date"], "eval_delivery"),
+            model=supply_model,
+            engine=supply_engine,
+        )
         timings["supply_forecast"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -965,7 +1044,10 @@ def evaluate_sources(
                 lands[kind] = segment_lands[kind].with_kappa(kap)
             kappa_used[(name, meth)] = (lands["win"].kappa, lands["cost"].kappa)
             win_rate = lands["win"].cdf(row_adv, row_bid)
-            ecost = expected_cost(lands["win"], lands["cost"], row_adv, row_bid)
+            if spend_price == "cost":
+                ecost = expected_cost(lands["win"], lands["cost"], row_adv, row_bid)
+            else:  # the cost landscape replaced by the market prices themselves
+                ecost = expected_cost(lands["win"], lands["win"], row_adv, row_bid)
             for mode in modes:
                 imp_rows = row_supply[mode] * win_rate
                 spend_rows = imp_rows * ecost / 1000.0

@@ -25,6 +25,7 @@ from adseg.forecast import (
     segment_cdf_table,
     select_kappa,
     shrinkage_weights,
+    supply_for_rows,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -389,9 +390,49 @@ def test_forecast_supply_numpy_and_statsmodels_engines_agree():
     m = market(n=12, seed=9)
     a = forecast_supply(m["train"], m["ids"])
     b = forecast_supply(m["train"], m["ids"], engine="statsmodels")
-    assert list(a.columns) == ["advertiser_id", "alpha", "level", "n_days"]
+    assert list(a.columns) == ["advertiser_id", "alpha", "level", "mean", "n_days"]
     np.testing.assert_allclose(a["level"], b["level"], rtol=1e-2)
     assert (a["n_days"] == 14).all()
+
+
+def test_supply_for_rows_mean_and_seasonal_naive_hand_computed():
+    # 2026-01-05 is a Monday; training Mon..Sun twice for "a"; "b" misses its Tuesdays; "c" none
+    days = pd.date_range("2026-01-05", periods=14)
+    rows = [("a", d, 100 + i, 1.0, 0, 0.0) for i, d in enumerate(days)]
+    rows += [("b", d, 50.0, 1.0, 0, 0.0) for d in days if d.day_of_week != 1]
+    train = pd.DataFrame(
+        rows,
+        columns=["advertiser_id", "date", "bid_requests", "bid_ecpm", "impressions", "spend"],
+    )
+    ids = np.array(["a", "b", "c"])
+    eval_days = pd.to_datetime(["2026-01-19", "2026-01-20", "2026-01-25"])  # Mon, Tue, Sun
+    row_adv = np.array([0, 0, 0, 1, 1, 2])
+    row_dates = eval_days[[0, 1, 2, 0, 1, 0]]
+    naive, frame = supply_for_rows(train, ids, row_adv, row_dates, model="seasonal_naive")
+    # a: the latest same weekday (second week: 107, 108, 113); b: Tuesday missing → its mean
+    np.testing.assert_array_equal(naive[:5], [107, 108, 113, 50, 50])
+    assert np.isnan(naive[5])
+    mean, _ = supply_for_rows(train, ids, row_adv, row_dates, model="mean")
+    np.testing.assert_allclose(mean[:5], [106.5, 106.5, 106.5, 50, 50])
+    ses, _ = supply_for_rows(train, ids, row_adv, row_dates, model="ses")
+    np.testing.assert_allclose(ses[:3], frame["level"].iloc[0])
+    assert frame["n_days"].tolist() == [14, 12, 0]
+    with pytest.raises(ValueError, match="supply_model"):
+        supply_for_rows(train, ids, row_adv, row_dates, model="arima")
+
+
+def test_spend_price_market_uses_the_market_price_conditional_mean():
+    win = [np.array([1.0, 3.0, 6.0])]
+    cost = [np.array([1.5])]
+    ev = _delivery([("a", "2026-01-08", 1000, 4.0, 500, 1.0)])
+    common = dict(methods=("segment",), add_references=False)
+    by_cost = evaluate_sources(win, cost, {"s": [0]}, None, ev, ["a"], **common)
+    by_market = evaluate_sources(
+        win, cost, {"s": [0]}, None, ev, ["a"], spend_price="market", **common
+    )
+    # F(4) = 2/3; cost: E[c | c ≤ 4] = 1.5; market: E[m | m ≤ 4] = 2
+    assert by_cost.forecasts["spend_forecast"][0] == pytest.approx(1000 * 2 / 3 * 1.5 / 1000)
+    assert by_market.forecasts["spend_forecast"][0] == pytest.approx(1000 * 2 / 3 * 2 / 1000)
 
 
 # --------------------------------------------------------------------------------------------
