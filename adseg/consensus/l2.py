@@ -1,0 +1,141 @@
+"""Least-squares consensus baselines on the co-association matrix: L2CC and KC.
+
+* :class:`L2CC` (registered as ``FUSERS["l2"]``) solves the Frobenius-norm relaxation of the
+  consensus problem exactly (seed 003, Eq. 25 with the l1 loss replaced by the squared Frobenius
+  norm; spec rcc.md §2)::
+
+      min_{H, D}  || M̃ − H D Hᵀ ||_F²   s.t.  HᵀH = I_K,  D diagonal, D ≥ 0
+
+  whose minimiser is H = the eigenvectors of the K largest eigenvalues of M̃ and D = those
+  eigenvalues clipped at 0 (Eckart–Young restricted to positive semi-definite fits). Labels come
+  from H as in spectral clustering (``assign_labels``). It is also the starting point of
+  :class:`adseg.consensus.rcc.RCC`.
+* :class:`KC` is the papers' "KC" baseline: k-means on the rows of the co-association matrix
+  (each item described by its n co-association values). It is importable for benchmarks and is
+  deliberately *not* registered in ``FUSERS``: it is a reference point of the seed papers' tables,
+  not a fuser we would recommend (it costs O(n² K) per k-means iteration and ignores the low-rank
+  structure that L2CC and RCC exploit).
+
+Memory: both hold one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus the
+transient sparse product inside ``co_association``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from adseg.consensus._base import (
+    BaseFuser,
+    assign_labels,
+    co_association,
+    top_eigenvectors,
+)
+
+__all__ = ["KC", "L2CC"]
+
+_ASSIGN_METHODS = ("kmeans", "cluster_qr")
+
+
+def _check_assign(method: str) -> None:
+    if method not in _ASSIGN_METHODS:
+        raise ValueError(f"assign_labels must be one of {_ASSIGN_METHODS}; got {method!r}.")
+
+
+def _seed(rng) -> int:
+    """A fresh integer seed from a RandomState (k-means and friends take ints reproducibly)."""
+    return int(rng.randint(0, 2**31 - 1))
+
+
+class L2CC(BaseFuser):
+    """Exact L2 consensus clustering: top-K eigenvectors of the co-association matrix.
+
+    Parameters
+    ----------
+    n_clusters : int, K, the number of consensus clusters (1 ≤ K ≤ n_items).
+    normalize : bool, default True. Use the normalised-cut form D^{-1/2} M̃ D^{-1/2} (D = diag of
+        the row sums of M̃) instead of M̃ itself; see spec rcc.md §2 and the evidence in
+        benchmarks/results/consensus_table2.md for the choice of default (the same default as RCC,
+        so that ``l2`` is RCC's exact least-squares counterpart).
+    weights : array-like of shape (n_clusterings,) or None. Non-negative per-clustering weights of
+        the weighted co-association (None = equal weights).
+    assign_labels : {"kmeans", "cluster_qr"}, how rows of H become labels (k-means on the
+        row-normalised embedding, seeded; or the deterministic column-pivoted QR rounding).
+    n_init : int, k-means restarts when ``assign_labels="kmeans"``.
+    random_state : int, RandomState or None.
+
+    Attributes
+    ----------
+    labels_ : (n_items,) int64 consensus labels in 0..K-1.
+    embedding_ : (n_items, K) float64, H (orthonormal columns, largest eigenvalue first).
+    eigenvalues_ : (K,) float64, diag(D): the K largest eigenvalues of M̃ clipped at 0.
+    n_clusters_found_ : int, number of non-empty clusters in ``labels_``.
+
+    Cost: O(n² m̄) to build M̃ (sparse product) plus a partial symmetric eigensolver (LAPACK subset
+    for n ≤ 2,000, Lanczos above), O(n² K) per Lanczos sweep. Memory: one dense n×n array (M̃).
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 2,
+        *,
+        normalize: bool = True,
+        weights=None,
+        assign_labels: str = "kmeans",
+        n_init: int = 10,
+        random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.normalize = normalize
+        self.weights = weights
+        self.assign_labels = assign_labels
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def _fit(self, labels: np.ndarray) -> None:
+        _check_assign(self.assign_labels)
+        M = co_association(labels, self.weights, normalize=self.normalize)
+        vals, H = top_eigenvectors(M, self.n_clusters)
+        self.embedding_ = H
+        self.eigenvalues_ = np.maximum(vals, 0.0)
+        self.labels_ = assign_labels(
+            H,
+            self.n_clusters,
+            method=self.assign_labels,
+            random_state=_seed(self._rng),
+            n_init=self.n_init,
+        )
+        self.n_clusters_found_ = int(np.unique(self.labels_).size)
+
+
+class KC(BaseFuser):
+    """The "KC" baseline of the consensus literature: k-means on the rows of the co-association
+    matrix M̃ (unnormalised, as in the seed papers).
+
+    Parameters
+    ----------
+    n_clusters : int, K.
+    weights : array-like of shape (n_clusterings,) or None, per-clustering weights of M̃.
+    n_init : int, k-means restarts (k-means++ seeding).
+    random_state : int, RandomState or None.
+
+    Attributes
+    ----------
+    labels_ : (n_items,) int64.
+    n_clusters_found_ : int.
+
+    Cost: O(n² K) per Lloyd iteration (the rows are n-dimensional). Memory: M̃ (n×n) plus
+    k-means' working copies (scikit-learn may copy the n×n data once).
+    """
+
+    def __init__(self, n_clusters: int = 2, *, weights=None, n_init: int = 10, random_state=None):
+        self.n_clusters = n_clusters
+        self.weights = weights
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def _fit(self, labels: np.ndarray) -> None:
+        M = co_association(labels, self.weights)
+        km = KMeans(n_clusters=self.n_clusters, n_init=self.n_init, random_state=_seed(self._rng))
+        self.labels_ = km.fit_predict(M).astype(np.int64)
+        self.n_clusters_found_ = int(np.unique(self.labels_).size)

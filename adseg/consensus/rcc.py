@@ -1,0 +1,378 @@
+"""RCC — robust l1 consensus clustering by ADMM (seed 003, Kong, Lu, Shmakov, Yang; spec rcc.md).
+
+Model (spec §2, the paper's Eq. 25 relaxed)::
+
+    min_{H, D}  || M̃ − H D Hᵀ ||_1     s.t.  HᵀH = I_K,  D diagonal, D ≥ 0
+
+with M̃ the (optionally weighted, optionally degree-normalised) co-association matrix of the base
+clusterings and ||X||_1 = Σ_ij |X_ij|. The l1 loss absorbs entries of M̃ corrupted by an outlying
+clustering into the sparse error E = M̃ − H D Hᵀ instead of squaring them.
+
+ADMM (spec §3; the paper's Algorithm 1 with the two sign typos corrected, re-derived here). With
+the *scaled* multiplier Λ = Ω / μ the augmented Lagrangian is
+``||E||_1 + (μ/2) ||E − M̃ + H D Hᵀ + Λ||_F² + const`` and one iteration is
+
+1. E ← S_{1/μ}(M̃ − H D Hᵀ − Λ)                 (soft thresholding, S_t(x) = sign x · max(|x|−t, 0))
+2. B ← M̃ − E − Λ;  H, D ← top-K eigenpairs of B, D clipped at 0 (the exact Frobenius projection
+   onto {H D Hᵀ : HᵀH = I_K, D ≥ 0})
+3. R ← E − M̃ + H D Hᵀ;  Ω ← Ω + μ R;  μ ← min(ρ μ, μ_max)   ⇔   Λ ← (Λ + R) · μ_old / μ_new.
+
+Re-derivation of the signs: minimising over E, ``||E||_1 + (μ/2)||E − (M̃ − HDHᵀ − Λ)||²`` is the
+prox of the l1 norm at M̃ − HDHᵀ − Λ (the paper prints the negative); minimising over (H, D),
+``||HDHᵀ − (M̃ − E − Λ)||²`` projects M̃ − E − Λ (the paper prints + Λ); the multiplier ascends
+along the constraint E − M̃ + HDHᵀ. This agrees with spec §3, which we kept.
+
+Defaults (spec §3): E⁰ = 0, Λ⁰ = 0, (H⁰, D⁰) = the L2CC solution, μ⁰ = 1.25 / ||M̃||_2, ρ = 1.1,
+μ_max = 1e8, max_iter = 300; stop when ||R||_F ≤ tol ||M̃||_F and ||Lᵗ − Lᵗ⁻¹||_F ≤ tol ||Lᵗ⁻¹||_F
+(L = H D Hᵀ) with tol = 1e-6. Labels: k-means on the row-normalised rows of H (spec §4), or the
+deterministic ``cluster_qr`` rounding.
+
+Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2}.
+The default is chosen by the evidence in benchmarks/results/consensus_table2.md (both forms on
+the eight Table 2 sets) and the synthetic unbalanced case of the spec; see ``normalize`` below.
+
+Numerics and memory. Exactly four dense n×n float64 arrays are held during ``fit``: M̃, E, Λ and
+one work array W (holding L = HDHᵀ, then B). n = 5,000 → 4 × 200 MB = 800 MB; n = 10,000 → 3.2 GB.
+Every update is done in place, row block by row block (blocks of ~2 MB), so the temporaries are
+O(n) rows, not n×n. L is written from its factor G = H D^{1/2} one block pair at a time and
+mirrored, so L — and therefore E, Λ and B, which are element-wise functions of symmetric arrays —
+are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never forms the V
+connectivity matrices (M̃ comes from one sparse product, see ``co_association``).
+
+Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
+(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "lobpcg" = LOBPCG warm-started from the
+previous H plus a few random guard vectors (successive B differ little, so a handful of block
+iterations at O(n² (K+p)) each suffice; falls back to warm-started ARPACK Lanczos when it does not
+converge); "arpack" = ``eigsh`` with v0 from the previous H; "auto" = dense for n ≤ 2,000, LOBPCG
+above. See benchmarks/results/rcc_scaling.md for the measured cost.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse.linalg as spla
+from sklearn.exceptions import ConvergenceWarning
+
+from adseg.consensus._base import BaseFuser, assign_labels, co_association
+
+__all__ = ["RCC", "soft_threshold"]
+
+_ASSIGN_METHODS = ("kmeans", "cluster_qr")
+_SOLVERS = ("auto", "dense", "lobpcg", "arpack")
+_DENSE_MAX_N = 2000  # above this, warm-started LOBPCG beats LAPACK's O(n³) tridiagonalisation
+_BLOCK_BYTES = 2 * 2**20  # block size of the fused element-wise passes (cache-sized)
+
+
+def soft_threshold(x: np.ndarray, t: float, out: np.ndarray | None = None) -> np.ndarray:
+    """S_t(x) = sign(x) · max(|x| − t, 0), element-wise; ``out`` may be ``x`` itself."""
+    sign_src = x if out is not x else x.copy()
+    out = np.abs(x, out=out)
+    out -= t
+    np.maximum(out, 0.0, out=out)
+    np.copysign(out, sign_src, out=out)
+    return out
+
+
+def _primal_block(M, E, Lam, W, thresh: float) -> None:
+    """Steps 1–2 on one row block, in place: E ← S_t(M − L − Λ) with L read from W, then
+    W ← B = M − E − Λ. Temporaries: one block."""
+    x = M - W
+    x -= Lam
+    soft_threshold(x, thresh, out=E)
+    np.subtract(M, E, out=W)
+    W -= Lam
+
+
+def _row_blocks(n: int):
+    step = max(1, _BLOCK_BYTES // (8 * max(n, 1)))
+    for start in range(0, n, step):
+        yield slice(start, min(start + step, n))
+
+
+def _symmetrize_inplace(A: np.ndarray) -> None:
+    """A ← (A + Aᵀ)/2 in place, by square blocks (temporaries of one block, not n×n)."""
+    n = A.shape[0]
+    step = max(1, int(np.sqrt(_BLOCK_BYTES / 8)))
+    for i0 in range(0, n, step):
+        i1 = min(i0 + step, n)
+        for j0 in range(i0, n, step):
+            j1 = min(j0 + step, n)
+            avg = (A[i0:i1, j0:j1] + A[j0:j1, i0:i1].T) * 0.5
+            A[i0:i1, j0:j1] = avg
+            A[j0:j1, i0:i1] = avg.T
+
+
+def _low_rank_into(G: np.ndarray, out: np.ndarray) -> None:
+    """out ← G Gᵀ (n×n), computed on the upper block triangle and mirrored, so that the result is
+    exactly symmetric. Cost O(n² K) flops, no n×n temporary."""
+    n = G.shape[0]
+    step = max(1, int(np.sqrt(_BLOCK_BYTES / 8)))
+    for i0 in range(0, n, step):
+        i1 = min(i0 + step, n)
+        for j0 in range(i0, n, step):
+            j1 = min(j0 + step, n)
+            blk = G[i0:i1] @ G[j0:j1].T
+            out[i0:i1, j0:j1] = blk
+            if j0 != i0:
+                out[j0:j1, i0:i1] = blk.T
+    # diagonal blocks: G_i G_iᵀ is symmetric in exact arithmetic; BLAS may differ in the last bit
+    for i0 in range(0, n, step):
+        i1 = min(i0 + step, n)
+        blk = out[i0:i1, i0:i1]
+        blk[...] = np.triu(blk) + np.triu(blk, 1).T
+
+
+def _fix_signs(vecs: np.ndarray) -> np.ndarray:
+    idx = np.argmax(np.abs(vecs), axis=0)
+    signs = np.sign(vecs[idx, np.arange(vecs.shape[1])])
+    signs[signs == 0] = 1.0
+    return vecs * signs[None, :]
+
+
+def _top_eigenpairs(
+    B: np.ndarray,
+    k: int,
+    solver: str,
+    start: np.ndarray | None,
+    rng: np.random.RandomState,
+    tol: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest algebraic eigenpairs of the dense symmetric B, largest first, with
+    deterministic signs. ``start`` (n×k, previous H) warm-starts the iterative solvers."""
+    n = B.shape[0]
+    if solver == "dense" or k >= n - 1 or (solver == "lobpcg" and n < 6 * (k + 2)):
+        vals, vecs = sla.eigh(B, subset_by_index=(n - k, n - 1), driver="evr")
+    elif solver == "lobpcg":
+        vals, vecs = _lobpcg_top(B, k, start, rng, tol)
+    else:  # arpack
+        vals, vecs = _arpack_top(B, k, start, rng, tol)
+    order = np.argsort(vals)[::-1]
+    return vals[order], _fix_signs(vecs[:, order])
+
+
+def _arpack_top(B, k, start, rng, tol):
+    v0 = start.sum(axis=1) if start is not None else None
+    if v0 is None or not np.any(v0):
+        v0 = rng.uniform(-1, 1, B.shape[0])
+    return spla.eigsh(B, k=k, which="LA", v0=v0, tol=tol)
+
+
+def _lobpcg_top(B, k, start, rng, tol):
+    n = B.shape[0]
+    guard = min(max(2, k // 2), 8)  # extra vectors speed up convergence of the k-th pair
+    X = rng.standard_normal((n, k + guard))
+    if start is not None:
+        X[:, :k] = start
+    scale = max(float(np.abs(B).max()), 1e-300) * n  # an upper bound of ||B||_2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lobpcg warns on slow convergence; we check residuals
+        vals, vecs = spla.lobpcg(B, X, tol=tol * scale, maxiter=40, largest=True)
+    order = np.argsort(vals)[::-1][:k]
+    vals, vecs = vals[order], vecs[:, order]
+    resid = np.linalg.norm(B @ vecs - vecs * vals[None, :], axis=0)
+    if not np.all(np.isfinite(resid)) or resid.max() > 10 * tol * scale:
+        return _arpack_top(B, k, vecs, rng, tol)
+    return vals, vecs
+
+
+class RCC(BaseFuser):
+    """Robust l1 consensus clustering (ADMM), the project's default fuser (``FUSERS["rcc"]``).
+
+    Parameters
+    ----------
+    n_clusters : int, K, number of consensus clusters (1 ≤ K ≤ n_items).
+    normalize : bool, default True. Fuse the normalised-cut form D^{-1/2} M̃ D^{-1/2} instead of M̃.
+        Chosen by evidence (benchmarks/results/consensus_table2.md and the spec's unbalanced case):
+        the unnormalised l1 fit spends eigen-directions on splitting large clusters, because a
+        large cluster carries quadratically more entries of M̃.
+    weights : array-like (n_clusterings,) or None, per-clustering weights w_v ≥ 0 of M̃.
+    assign_labels : {"kmeans", "cluster_qr"}, rounding of H to labels (spec §4).
+    rho : float > 1, growth factor of the penalty μ.
+    mu : float > 0 or None, initial penalty μ⁰; None = 1.25 / ||M̃||_2.
+    mu_max : float, cap on μ.
+    max_iter : int ≥ 1, ADMM iterations at most (a ConvergenceWarning is raised when reached).
+    tol : float > 0, relative tolerance on the primal residual and on the change of H D Hᵀ.
+    eigen_solver : {"auto", "dense", "lobpcg", "arpack"}, see the module docstring.
+    n_init : int, k-means restarts for ``assign_labels="kmeans"``.
+    store_error : bool, keep the final sparse error E (n×n) in ``error_`` — the pairs whose
+        co-association the consensus overrides. Costs one n×n array after ``fit``.
+    random_state : int, RandomState or None (k-means seeds and the eigensolvers' random starts).
+
+    Attributes
+    ----------
+    labels_ : (n_items,) int64 in 0..K-1.
+    embedding_ : (n_items, K) float64, H (orthonormal columns, largest eigenvalue first).
+    eigenvalues_ : (K,) float64, diag(D) ≥ 0.
+    n_clusters_found_ : int, number of non-empty clusters in ``labels_``.
+    error_ : (n_items, n_items) float64, E = S_{1/μ}(M̃ − HDHᵀ − Λ) at the final H, D and
+        multiplier (only when ``store_error=True``).
+    n_iter_ : int, ADMM iterations run.
+    converged_ : bool.
+    objective_ : float, ||M̃ − H D Hᵀ||_1 at the end.
+    history_ : dict of 1-D float arrays, one entry per iteration: "objective" (the l1 loss
+        ||M̃ − HDHᵀ||_1), "residual" (||E − M̃ + HDHᵀ||_F / ||M̃||_F), "change"
+        (||Lᵗ − Lᵗ⁻¹||_F / ||Lᵗ⁻¹||_F) and "mu".
+
+    Cost per iteration: a few passes over four n×n arrays (O(n²)) plus one partial eigensolve
+    (O(n³) dense, or O(n² (K+p)) per LOBPCG step). Memory: four dense n×n float64 arrays
+    (M̃, E, Λ, W) — 32 n² bytes — plus O(n K) and row-block temporaries.
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 2,
+        *,
+        normalize: bool = True,
+        weights=None,
+        assign_labels: str = "kmeans",
+        rho: float = 1.1,
+        mu: float | None = None,
+        mu_max: float = 1e8,
+        max_iter: int = 300,
+        tol: float = 1e-6,
+        eigen_solver: str = "auto",
+        n_init: int = 10,
+        store_error: bool = False,
+        random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.normalize = normalize
+        self.weights = weights
+        self.assign_labels = assign_labels
+        self.rho = rho
+        self.mu = mu
+        self.mu_max = mu_max
+        self.max_iter = max_iter
+        self.tol = tol
+        self.eigen_solver = eigen_solver
+        self.n_init = n_init
+        self.store_error = store_error
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        if self.assign_labels not in _ASSIGN_METHODS:
+            raise ValueError(
+                f"assign_labels must be one of {_ASSIGN_METHODS}; got {self.assign_labels!r}."
+            )
+        if self.eigen_solver not in _SOLVERS:
+            raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")
+        if not (np.isfinite(self.rho) and self.rho > 1):
+            raise ValueError(f"rho must be a finite number > 1; got {self.rho!r}.")
+        if self.mu is not None and not (np.isfinite(self.mu) and self.mu > 0):
+            raise ValueError(f"mu must be None or a positive number; got {self.mu!r}.")
+        if not self.mu_max > 0:
+            raise ValueError(f"mu_max must be positive; got {self.mu_max!r}.")
+        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
+            raise ValueError(f"max_iter must be an integer ≥ 1; got {self.max_iter!r}.")
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number; got {self.tol!r}.")
+
+    def _fit(self, labels: np.ndarray) -> None:
+        self._check_params()
+        K = self.n_clusters
+        rng = self._rng
+        M = co_association(labels, self.weights, normalize=self.normalize)
+        n = M.shape[0]
+        _symmetrize_inplace(M)  # the degree scaling is not bit-for-bit symmetric
+        solver = self.eigen_solver
+        if solver == "auto":
+            solver = "dense" if n <= _DENSE_MAX_N else "lobpcg"
+        eig_tol = 1e-10
+
+        # (H⁰, D⁰) = the L2CC solution (exact, without warm start)
+        vals, H = _top_eigenpairs(
+            M, K, "dense" if n <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
+        )
+        d = np.maximum(vals, 0.0)
+        m_norm_f = float(np.sqrt(np.einsum("ij,ij->", M, M)))
+        spectral = float(max(vals[0], 1e-300)) if vals[0] > 0 else _spectral_norm(M)
+        mu = 1.25 / spectral if self.mu is None else float(self.mu)
+
+        E = np.zeros_like(M)
+        Lam = np.zeros_like(M)  # scaled multiplier Ω / μ
+        W = np.empty_like(M)
+        G = H * np.sqrt(d)[None, :]
+        _low_rank_into(G, W)  # W = L⁰
+        blocks = list(_row_blocks(n))
+
+        history = {"objective": [], "residual": [], "change": [], "mu": []}
+        converged = False
+        # E¹ and B¹ from (H⁰, D⁰); afterwards each pass fuses step 3 of iteration t with
+        # steps 1–2 of iteration t+1, so that the four n×n arrays are streamed once per iteration.
+        for b in blocks:
+            _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu)
+        for _ in range(int(self.max_iter)):
+            # 2. (H, D)-step on the exactly symmetric B (in W)
+            vals, H = _top_eigenpairs(W, K, solver, H, rng, eig_tol)
+            d = np.maximum(vals, 0.0)
+            G_old, G = G, H * np.sqrt(d)[None, :]
+            _low_rank_into(G, W)  # W = Lᵗ
+            # 3. dual step (residual, l1 objective), then 1.–2. of the next iteration (W: L → B)
+            mu_new = min(self.rho * mu, self.mu_max)
+            shrink = mu / mu_new
+            res_sq = 0.0
+            obj = 0.0
+            for b in blocks:
+                r = E[b] - M[b]
+                r += W[b]
+                res_sq += float(np.einsum("ij,ij->", r, r))
+                obj += float(np.abs(E[b] - r).sum())  # M − L = E − R
+                Lam[b] += r
+                if shrink != 1.0:
+                    Lam[b] *= shrink
+                _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu_new)
+            change = _low_rank_change(G_old, G)
+            residual = np.sqrt(res_sq) / m_norm_f
+            history["objective"].append(obj)
+            history["residual"].append(residual)
+            history["change"].append(change)
+            history["mu"].append(mu)
+            mu = mu_new
+            if residual <= self.tol and change <= self.tol:
+                converged = True
+                break
+
+        if not converged:
+            warnings.warn(
+                f"RCC stopped at max_iter={self.max_iter} before reaching tol={self.tol} "
+                f"(relative residual {history['residual'][-1]:.2e}, "
+                f"change {history['change'][-1]:.2e}); increase max_iter or rho.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        if self.store_error:
+            self.error_ = E
+        del E, Lam, W, M
+        self.embedding_ = H
+        self.eigenvalues_ = d
+        self.n_iter_ = len(history["residual"])
+        self.converged_ = converged
+        self.objective_ = history["objective"][-1]
+        self.history_ = {k: np.asarray(v, dtype=np.float64) for k, v in history.items()}
+        self.labels_ = assign_labels(
+            H,
+            K,
+            method=self.assign_labels,
+            random_state=int(rng.randint(0, 2**31 - 1)),
+            n_init=self.n_init,
+        )
+        self.n_clusters_found_ = int(np.unique(self.labels_).size)
+
+
+def _spectral_norm(M: np.ndarray) -> float:
+    vals = sla.eigh(M, eigvals_only=True) if M.shape[0] <= 500 else None
+    if vals is not None:
+        return max(float(np.abs(vals).max()), 1e-300)
+    return max(float(spla.svds(M, k=1, return_singular_vectors=False)[0]), 1e-300)
+
+
+def _low_rank_change(G_old: np.ndarray, G_new: np.ndarray) -> float:
+    """||G₁G₁ᵀ − G₀G₀ᵀ||_F / ||G₀G₀ᵀ||_F from the n×K factors, in O(n K²)."""
+    a = np.linalg.norm(G_new.T @ G_new) ** 2
+    b = np.linalg.norm(G_old.T @ G_old) ** 2
+    c = np.linalg.norm(G_old.T @ G_new) ** 2
+    diff = max(a + b - 2 * c, 0.0)
+    return float(np.sqrt(diff) / max(np.sqrt(b), 1e-300))

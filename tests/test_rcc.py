@@ -1,0 +1,225 @@
+"""Invariants of the robust l1 consensus fuser RCC and of its least-squares baselines L2CC / KC
+(spec rcc.md §§1–4)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+from sklearn.exceptions import ConvergenceWarning
+
+from adseg.consensus import FUSERS, co_association
+from adseg.consensus.l2 import KC, L2CC
+from adseg.consensus.rcc import RCC, soft_threshold
+from adseg.metrics import ari, clustering_accuracy
+
+
+def _truth(sizes):
+    return np.repeat(np.arange(len(sizes)), sizes)
+
+
+def _permuted_copies(y, n_cols, rng):
+    """n_cols copies of y, each with its label values permuted (same partition)."""
+    k = y.max() + 1
+    return np.column_stack([rng.permutation(k)[y] for _ in range(n_cols)])
+
+
+def _noisy_ensemble(sizes, n_cols, p, seed):
+    """Columns = truth with each label replaced by a random one with probability p."""
+    rng = np.random.default_rng(seed)
+    y = _truth(sizes)
+    cols = []
+    for _ in range(n_cols):
+        z = y.copy()
+        flip = rng.random(y.size) < p
+        z[flip] = rng.integers(0, len(sizes), flip.sum())
+        cols.append(z)
+    return y, np.column_stack(cols)
+
+
+FUSER_CASES = [
+    pytest.param(RCC, {"normalize": True}, id="rcc-normalized"),
+    pytest.param(RCC, {"normalize": False}, id="rcc-raw"),
+    pytest.param(RCC, {"assign_labels": "cluster_qr"}, id="rcc-qr"),
+    pytest.param(L2CC, {"normalize": True}, id="l2-normalized"),
+    pytest.param(L2CC, {"normalize": False}, id="l2-raw"),
+    pytest.param(L2CC, {"assign_labels": "cluster_qr"}, id="l2-qr"),
+    pytest.param(KC, {}, id="kc"),
+]
+
+
+def test_registered():
+    assert FUSERS["rcc"] is RCC
+    assert FUSERS["l2"] is L2CC
+
+
+@pytest.mark.parametrize("cls, params", FUSER_CASES)
+def test_identical_clusterings_recovered_exactly(cls, params):
+    rng = np.random.default_rng(0)
+    y = _truth([30, 20, 25, 15])
+    labels = _permuted_copies(y, 6, rng)
+    pred = cls(n_clusters=4, random_state=0, **params).fit_predict(labels)
+    assert clustering_accuracy(y, pred) == 1.0
+
+
+def test_soft_threshold():
+    x = np.array([-3.0, -0.5, 0.0, 0.2, 2.5])
+    np.testing.assert_allclose(soft_threshold(x, 1.0), [-2.0, 0.0, 0.0, 0.0, 1.5])
+    y = x.copy()
+    soft_threshold(y, 1.0, out=y)  # in place
+    np.testing.assert_allclose(y, [-2.0, 0.0, 0.0, 0.0, 1.5])
+
+
+def test_l2cc_is_the_exact_eigen_solution():
+    y, labels = _noisy_ensemble([40, 30, 30], 8, 0.3, seed=1)
+    for normalize in (False, True):
+        model = L2CC(3, normalize=normalize, random_state=0).fit(labels)
+        M = co_association(labels, normalize=normalize)
+        ref = sla.eigh(M, eigvals_only=True)[::-1][:3]
+        np.testing.assert_allclose(model.eigenvalues_, np.maximum(ref, 0), rtol=1e-10)
+        H = model.embedding_
+        np.testing.assert_allclose(H.T @ H, np.eye(3), atol=1e-10)
+        np.testing.assert_allclose(M @ H, H * ref[None, :], atol=1e-9)
+
+
+def test_rcc_reduces_the_l1_objective_of_its_l2_start():
+    y, labels = _noisy_ensemble([40, 30, 30], 8, 0.4, seed=2)
+    model = RCC(3, random_state=0).fit(labels)
+    hist = model.history_["objective"]
+    M = co_association(labels, normalize=True)
+    l2 = L2CC(3, normalize=True, random_state=0).fit(labels)
+    L2 = (l2.embedding_ * l2.eigenvalues_) @ l2.embedding_.T
+    L = (model.embedding_ * model.eigenvalues_) @ model.embedding_.T
+    assert np.abs(M - L).sum() <= np.abs(M - L2).sum() + 1e-9
+    np.testing.assert_allclose(model.objective_, np.abs(M - L).sum(), rtol=1e-9)
+    assert hist[-1] <= hist[0]
+
+
+def test_iterates_symmetric_and_residual_reaches_tol():
+    y, labels = _noisy_ensemble([35, 35, 30], 10, 0.35, seed=3)
+    model = RCC(3, tol=1e-6, store_error=True, random_state=0).fit(labels)
+    assert model.converged_
+    res = model.history_["residual"]
+    assert res.size == model.n_iter_ == model.history_["objective"].size
+    assert res[-1] <= 1e-6 and model.history_["change"][-1] <= 1e-6
+    # the residual decreases overall: the last tenth of the run is far below the first tenth
+    tenth = max(1, res.size // 10)
+    assert res[-tenth:].max() < 1e-2 * res[:tenth].max()
+    E = model.error_
+    np.testing.assert_array_equal(E, E.T)  # exactly symmetric, not only to round-off
+    H = model.embedding_
+    np.testing.assert_allclose(H.T @ H, np.eye(3), atol=1e-8)
+    assert np.all(model.eigenvalues_ >= 0)
+    assert np.all(np.diff(model.history_["mu"]) > 0)
+
+
+def test_max_iter_warns():
+    y, labels = _noisy_ensemble([20, 20, 20], 6, 0.4, seed=4)
+    with pytest.warns(ConvergenceWarning, match="max_iter=3"):
+        model = RCC(3, max_iter=3, random_state=0).fit(labels)
+    assert model.n_iter_ == 3 and not model.converged_
+
+
+def test_invariant_to_column_permutation():
+    y, labels = _noisy_ensemble([30, 30, 20, 20], 9, 0.3, seed=5)
+    perm = np.random.default_rng(0).permutation(labels.shape[1])
+    a = RCC(4, random_state=7).fit(labels)
+    b = RCC(4, random_state=7).fit(labels[:, perm])
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_allclose(a.embedding_, b.embedding_, atol=1e-12)
+    assert a.n_iter_ == b.n_iter_
+
+
+@pytest.mark.parametrize("cls", [RCC, L2CC])
+def test_equivariant_to_item_permutation(cls):
+    y, labels = _noisy_ensemble([30, 25, 25], 8, 0.25, seed=6)
+    perm = np.random.default_rng(1).permutation(y.size)
+    a = cls(3, random_state=0).fit(labels)
+    b = cls(3, random_state=0).fit(labels[perm])
+    assert ari(a.labels_[perm], b.labels_) == 1.0
+    # the fitted low-rank matrix H D Hᵀ is permuted with the items
+    La = (a.embedding_ * a.eigenvalues_) @ a.embedding_.T
+    Lb = (b.embedding_ * b.eigenvalues_) @ b.embedding_.T
+    np.testing.assert_allclose(La[np.ix_(perm, perm)], Lb, atol=1e-6)
+
+
+def test_missing_labels_handled():
+    rng = np.random.default_rng(8)
+    y, labels = _noisy_ensemble([30, 30, 30], 8, 0.1, seed=8)
+    labels = labels.copy()
+    labels[rng.random(labels.shape) < 0.2] = -1  # 20% of the entries missing
+    for cls in (RCC, L2CC):
+        pred = cls(3, random_state=0).fit_predict(labels)
+        assert clustering_accuracy(y, pred) >= 0.95
+
+
+def test_zero_weight_removes_a_clustering():
+    rng = np.random.default_rng(9)
+    y, good = _noisy_ensemble([30, 30, 30], 6, 0.2, seed=9)
+    bad = rng.integers(0, 3, size=(y.size, 2))
+    labels = np.column_stack([good, bad])
+    w = np.r_[np.ones(6), 0.0, 0.0]
+    a = RCC(3, weights=w, random_state=0).fit(labels)
+    b = RCC(3, random_state=0).fit(good)
+    np.testing.assert_allclose(a.embedding_, b.embedding_, atol=1e-10)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_attributes():
+    y, labels = _noisy_ensemble([20, 20, 20], 5, 0.1, seed=11)
+    model = RCC(3, random_state=0).fit(labels)
+    assert model.labels_.dtype == np.int64 and model.labels_.shape == (60,)
+    assert model.embedding_.shape == (60, 3) and model.eigenvalues_.shape == (3,)
+    assert model.n_clusters_found_ == 3
+    assert not hasattr(model, "error_")
+    assert set(model.history_) == {"objective", "residual", "change", "mu"}
+    # a single cluster is allowed
+    assert np.all(RCC(1, random_state=0).fit_predict(labels) == 0)
+
+
+@pytest.mark.parametrize("cls", [RCC, L2CC, KC])
+@pytest.mark.parametrize(
+    "labels, n_clusters, err, match",
+    [
+        (np.zeros(5, dtype=int), 2, ValueError, "2-D"),
+        (np.zeros((4, 2, 2), dtype=int), 2, ValueError, "2-D"),
+        (np.array([[0.5, 1.0], [1.0, 0.0]]), 1, TypeError, "integers"),
+        (np.array([["a", "b"], ["c", "d"]]), 1, TypeError, "integer"),
+        (np.array([[0, 1], [1, 0], [0, 0]]), 0, ValueError, "n_clusters"),
+        (np.array([[0, 1], [1, 0], [0, 0]]), 4, ValueError, "n_clusters"),
+        (np.array([[0, -1], [1, -1], [0, -1]]), 2, ValueError, "all -1"),
+        (np.array([[0, -2], [1, 0], [0, 0]]), 2, ValueError, "negative"),
+    ],
+)
+def test_input_validation(cls, labels, n_clusters, err, match):
+    with pytest.raises(err, match=match):
+        cls(n_clusters=n_clusters).fit(labels)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"rho": 1.0}, "rho"),
+        ({"mu": -1.0}, "mu"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"tol": 0.0}, "tol"),
+        ({"eigen_solver": "magic"}, "eigen_solver"),
+        ({"assign_labels": "discretize"}, "assign_labels"),
+    ],
+)
+def test_parameter_validation(params, match):
+    labels = np.array([[0, 1], [1, 0], [0, 0], [1, 1]])
+    with pytest.raises(ValueError, match=match):
+        RCC(2, **params).fit(labels)
+
+
+def test_deterministic_given_seed():
+    y, labels = _noisy_ensemble([25, 25, 25], 6, 0.3, seed=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # converges without warnings on this case
+        a = RCC(3, random_state=3).fit(labels)
+    b = RCC(3, random_state=3).fit(labels)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.history_["objective"], b.history_["objective"])
