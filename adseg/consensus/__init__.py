@@ -19,6 +19,11 @@ FUSERS: dict[str, type[BaseFuser]] = {}
 
 # Each fuser module registers itself here (one line each, in the order users see them).
 # --- fuser registrations (begin) ---
+from adseg.consensus.l2 import L2CC  # noqa: E402
+from adseg.consensus.rcc import RCC  # noqa: E402
+
+FUSERS["rcc"] = RCC
+FUSERS["l2"] = L2CC
 from adseg.consensus.sccbg import SCCBG  # noqa: E402
 
 FUSERS["sccbg"] = FUSERS["spcc"] = SCCBG
