@@ -83,6 +83,7 @@ __all__ = [
     "fit_ses",
     "forecast_supply",
     "reference_segmentations",
+    "samples_by_advertiser",
     "score_forecasts",
     "segment_cdf_table",
     "segment_sizes",
@@ -411,6 +412,37 @@ def _compact_labels(segments: ArrayLike, n: int, name: str = "segments") -> tupl
 def _label_values(segments: ArrayLike) -> np.ndarray:
     seg = np.asarray(segments).astype(np.int64)
     return np.unique(seg[seg >= 0])
+
+
+def samples_by_advertiser(
+    auctions: pd.DataFrame, advertiser_ids: ArrayLike
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split an auction-sample frame (DESIGN.md §3 ingest format: advertiser_id,
+    market_price_ecpm, won, paid_ecpm) into the per-advertiser lists this module takes, in
+    ``advertiser_ids`` order: win-rate samples = every auction's market price; cost samples = the
+    paid eCPM of won auctions. Advertisers without auctions get empty arrays; auctions of
+    advertisers not in ``advertiser_ids`` are an error. Filter the frame to the training window
+    first. O(N log N) (one stable sort)."""
+    ids = _as_ids(advertiser_ids)
+    need = ["advertiser_id", "market_price_ecpm", "won", "paid_ecpm"]
+    missing = [c for c in need if c not in auctions.columns]
+    if missing:
+        raise ValueError(f"auctions lacks column(s) {missing}; has {list(auctions.columns)}.")
+    idx = pd.Index(ids).get_indexer(auctions["advertiser_id"])
+    if np.any(idx < 0):
+        ex = auctions.loc[idx < 0, "advertiser_id"].unique()[:3].tolist()
+        raise ValueError(f"auctions has rows of advertisers not in advertiser_ids, e.g. {ex}.")
+    won = auctions["won"].to_numpy().astype(bool)
+    out = []
+    for values, keep in (
+        (auctions["market_price_ecpm"].to_numpy(np.float64), np.ones(idx.size, dtype=bool)),
+        (auctions["paid_ecpm"].to_numpy(np.float64), won),
+    ):
+        a = idx[keep]
+        order = np.argsort(a, kind="stable")
+        cuts = np.cumsum(np.bincount(a, minlength=ids.size))[:-1]
+        out.append(np.split(values[keep][order], cuts))
+    return out[0], out[1]
 
 
 def reference_segmentations(n: int) -> dict[str, np.ndarray]:
