@@ -219,14 +219,14 @@ def test_failure_inside_the_write_rolls_back(engine, db_url, tmp_path, monkeypat
     """A database error half-way (after advertisers were written) leaves nothing behind."""
     from adseg.store import load
 
-    original = load._records
+    original = load._rows
 
-    def failing(frame, table):
+    def failing(frame, table, dialect):
         if table == "delivery":
             raise RuntimeError("disk full")
-        yield from original(frame, table)
+        return original(frame, table, dialect)
 
-    monkeypatch.setattr(load, "_records", failing)
+    monkeypatch.setattr(load, "_rows", failing)
     with pytest.raises(RuntimeError):
         from adseg.ingest import read_directory
 

@@ -1,0 +1,43 @@
+# The README's two commands: `make demo` (set up + run the main job) and `make test`.
+# Each creates the virtual environment .venv on first use (Python >= 3.11 required).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATA ?= data
+MARKET := $(DATA)/marketplace
+DB ?= sqlite:///$(DATA)/adseg.db
+export ADSEG_DATABASE_URL ?= $(DB)
+
+.PHONY: demo test lint format bench-ingest clean
+
+$(BIN)/adseg: pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit("adseg needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(BIN)/adseg
+	mkdir -p $(DATA)
+	$(BIN)/adseg db upgrade
+	@if [ ! -f $(MARKET)/auctions.csv.gz ]; then \
+		$(BIN)/adseg sample generate --out $(MARKET); \
+	fi
+	$(BIN)/adseg ingest $(MARKET)
+	$(BIN)/adseg nightly --truth $(MARKET)/truth.csv --report-html $(DATA)/report.html
+
+test: $(BIN)/adseg
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/adseg
+	$(BIN)/ruff check adseg tests benchmarks migrations
+	$(BIN)/ruff format --check adseg tests benchmarks migrations
+
+format: $(BIN)/adseg
+	$(BIN)/ruff format adseg tests benchmarks migrations
+
+bench-ingest: $(BIN)/adseg
+	$(BIN)/python benchmarks/ingest_throughput.py
+
+clean:
+	rm -rf $(VENV) $(DATA)

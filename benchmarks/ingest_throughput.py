@@ -1,0 +1,131 @@
+"""Ingest throughput into SQLite (and PostgreSQL when $ADSEG_TEST_POSTGRES_URL is set).
+
+Writes N synthetic auction rows (plus advertisers and delivery) as CSV.gz, then times
+(a) read + validate and (b) the transactional upsert write, first load and re-load (all updates).
+Result: benchmarks/results/ingest_throughput.md.
+
+    .venv/bin/python benchmarks/ingest_throughput.py --rows 500000
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from adseg.ingest import read_directory
+from adseg.store import migrate
+from adseg.store.engine import make_engine
+from adseg.store.load import write_batch
+
+RESULTS = Path(__file__).parent / "results" / "ingest_throughput.md"
+
+
+def make_files(directory: Path, rows: int, advertisers: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"adv-{i:05d}" for i in range(advertisers)])
+    pd.DataFrame({"advertiser_id": ids, "name": ids, "description": "synthetic"}).to_csv(
+        directory / "advertisers.csv.gz", index=False
+    )
+    start = np.datetime64("2026-03-01T00:00:00")
+    ts = start + rng.integers(0, 14 * 86400, rows).astype("timedelta64[s]")
+    market = np.round(rng.lognormal(0.5, 0.6, rows), 2)
+    bid = np.round(rng.lognormal(0.6, 0.3, rows), 2)
+    won = bid >= market
+    pd.DataFrame(
+        {
+            "auction_id": [f"a{i:09d}" for i in range(rows)],
+            "advertiser_id": ids[rng.integers(0, advertisers, rows)],
+            "ts": pd.to_datetime(ts).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "bid_ecpm": bid,
+            "market_price_ecpm": market,
+            "won": np.where(won, "true", "false"),
+            "paid_ecpm": np.where(won, market.astype(str), ""),
+        }
+    ).to_csv(directory / "auctions.csv.gz", index=False)
+    days = pd.date_range("2026-03-01", periods=14).strftime("%Y-%m-%d")
+    grid = pd.MultiIndex.from_product([ids, days], names=["advertiser_id", "date"]).to_frame(
+        index=False
+    )
+    grid["bid_requests"] = 10000
+    grid["bid_ecpm"] = 1.5
+    grid["impressions"] = 4000
+    grid["spend"] = 5.0
+    grid.to_csv(directory / "delivery.csv.gz", index=False)
+
+
+def measure(url: str, directory: Path) -> list[dict]:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    out = []
+    for attempt in ("first load", "re-load (all updates)"):
+        t0 = time.perf_counter()
+        batch = read_directory(directory)
+        t_read = time.perf_counter() - t0
+        summary = write_batch(engine, batch)
+        auctions = batch.rows()["auctions"]
+        out.append(
+            {
+                "database": engine.dialect.name,
+                "pass": attempt,
+                "auction rows": auctions,
+                "all rows": summary.rows,
+                "read+validate s": round(t_read, 2),
+                "write s": round(summary.seconds, 2),
+                "write rows/s": int(summary.rows / summary.seconds),
+                "end-to-end rows/s": int(summary.rows / (summary.seconds + t_read)),
+            }
+        )
+    engine.dispose()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--advertisers", type=int, default=1268)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        files = tmp / "files"
+        files.mkdir()
+        make_files(files, args.rows, args.advertisers)
+        rows = measure(f"sqlite:///{tmp / 'bench.db'}", files)
+        if url := os.environ.get("ADSEG_TEST_POSTGRES_URL"):
+            from sqlalchemy import text
+
+            eng = make_engine(url)
+            with eng.begin() as conn:
+                conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+            eng.dispose()
+            rows += measure(url, files)
+    table = pd.DataFrame(rows)
+    load = os.getloadavg()
+    mem = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout.split("\n")[1]
+    text_out = (
+        "# Ingest throughput\n\n"
+        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}: "
+        f"{os.cpu_count()} cores, memory `{' '.join(mem.split()[:2])} GiB`, Python "
+        f"{platform.python_version()}, load average {load[0]:.1f} (the machine is shared; "
+        "timings are noisy).\n\n"
+        f"Command: `.venv/bin/python benchmarks/ingest_throughput.py --rows {args.rows}`"
+        " (with ADSEG_TEST_POSTGRES_URL set for the PostgreSQL rows).\n\n"
+        "Target: at least 50,000 auction rows/s into SQLite (write, in one transaction).\n\n"
+        + table.to_markdown(index=False)
+        + "\n"
+    )
+    RESULTS.write_text(text_out)
+    print(text_out)
+
+
+if __name__ == "__main__":
+    main()
