@@ -256,7 +256,7 @@ def test_f_step_eigenpairs():
     A = base.weighted(alpha) / alpha.sum()
     L = _laplacian(A)
     c = 3
-    ev, F = _smallest_eigenpairs(L, c, dense=True)
+    ev, F = _smallest_eigenpairs(L, c, "dense")
     F = F[:, :c]
     np.testing.assert_allclose(F.T @ F, np.eye(c), atol=1e-12)
     np.testing.assert_allclose(np.trace(F.T @ L @ F), np.linalg.eigvalsh(L)[:c].sum(), atol=1e-12)
@@ -267,7 +267,7 @@ def test_f_step_eigenpairs():
     A_ns /= A_ns.sum(axis=1, keepdims=True)
     L_ns = _laplacian(A_ns)
     assert 2 * np.trace(F.T @ L_ns @ F) == pytest.approx(np.sum(A_ns * sqdist_rows(F)))
-    ev_sparse, _ = _smallest_eigenpairs(L, c, dense=False)
+    ev_sparse, _ = _smallest_eigenpairs(L, c, "arpack")
     np.testing.assert_allclose(ev_sparse, ev, atol=1e-8)
     # the F-step minimises Σ G A over orthonormal F (block monotonicity, §7.10)
     rng = np.random.RandomState(2)

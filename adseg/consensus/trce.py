@@ -63,7 +63,8 @@ from adseg.consensus._base import BaseFuser, assign_labels, relabel
 
 _ON_MISMATCH = ("repair", "return", "continue", "spectral")
 _EIGEN_SOLVERS = ("auto", "dense", "arpack")
-_DENSE_EIGEN_MAX_N = 5000
+_SPARSE_EIGEN_MIN_N = 1500  # below this LAPACK's dense subset solver is fast enough
+_SPARSE_EIGEN_MAX_DENSITY = 0.5  # above this SuperLU's fill-in costs more than dense LAPACK
 
 
 class TRCE(BaseFuser):
@@ -107,7 +108,8 @@ class TRCE(BaseFuser):
         The frozen α when learn_alpha=False: α_k = m (feasible, Σ1/α = 1) or the literal α_k = 1.
     eigen_solver : {"auto", "dense", "arpack"}, default "auto"
         "dense": LAPACK subset solver (deterministic); "arpack": shift-invert Lanczos on the sparse
-        Laplacian; "auto": dense up to n = 5000.
+        Laplacian (deterministic start vector); "auto": arpack when n ≥ 1500 and the learned graph
+        has at most 50 % non-zeros (after the first iterations it is much sparser), else dense.
     random_state : int, RandomState or None
         Only used by the spectral fallback's k-means.
 
@@ -204,9 +206,7 @@ class TRCE(BaseFuser):
         self._check_params(n)
         c = int(self.n_clusters)
         base = _BaseGraphs.from_labels(labels)
-        dense_eig = self.eigen_solver == "dense" or (
-            self.eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX_N
-        )
+        eig_solver = self.eigen_solver
 
         # §3.0 initialisation: A = B = A⁰ (E = 0), α_k = m, F from L(A⁰).
         alpha = np.full(m, float(m))
@@ -214,7 +214,7 @@ class TRCE(BaseFuser):
             alpha = np.ones(m)
         B = base.weighted(np.ones(m)) / m
         A = B.copy()
-        _, F = _smallest_eigenpairs(_laplacian(A), c, dense_eig)
+        _, F = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
         F = F[:, :c]
         d = base.kl_rows(B)
         w = np.ones(n)
@@ -237,7 +237,7 @@ class TRCE(BaseFuser):
             B, _ = solve_b(H, G, rho)
             del H
             A = project_simplex_rows(B - (rho / (2.0 * self.lam)) * G) if self.noise else B
-            ev, F_new = _smallest_eigenpairs(_laplacian(A), c, dense_eig)
+            ev, F_new = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
             d_new = base.kl_rows(B)
             if self.learn_alpha:
                 alpha = alpha_step((w**2) @ d_new)
@@ -275,7 +275,7 @@ class TRCE(BaseFuser):
             labels_out = comp
         elif self.on_mismatch in ("spectral", "repair"):
             if z < c:
-                _, F_final = _smallest_eigenpairs(_laplacian(A), c, dense_eig)
+                _, F_final = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
                 labels_out = assign_labels(
                     F_final[:, :c], c, method="kmeans", random_state=self._rng
                 )
@@ -384,9 +384,13 @@ def solve_b(
 
     B_ij = H_ij / (ρ G_ij + θ_i), θ_i the unique root of φ_i(θ) = Σ_j H_ij / (ρ G_ij + θ) = 1,
     inside [max(H_ii, h_i − ρ g_i), h_i] (h_i = Σ_j H_ij, g_i = max of G over the row's support).
-    Newton from the left end is monotone for this convex decreasing φ; a bisection safeguard keeps
-    every iterate in the shrinking bracket. All rows at once (only unconverged rows are
-    recomputed). H (n, n) ≥ 0 with H_ii > 0, G (n, n) ≥ 0 with zero diagonal.
+    Newton's method is applied to ψ(θ) = 1/φ(θ) − 1, which is increasing and concave (1/φ is a
+    "parallel sum" of affine functions of θ) and exactly affine when a row has a single distinct
+    G value, so from the left end of the bracket the iterates increase monotonically to the root
+    and far fewer steps are needed than for φ − 1 itself (whose Newton steps only double θ when
+    started far left). A bisection safeguard keeps every iterate inside the shrinking bracket.
+    All rows at once (only unconverged rows are recomputed).
+    H (n, n) ≥ 0 with H_ii > 0, G (n, n) ≥ 0 with zero diagonal.
     Returns (B (n, n), θ (n,)). Time O(n² · Newton iterations); one n×n temporary per pass.
     """
     H = np.asarray(H, dtype=np.float64)
@@ -410,7 +414,7 @@ def solve_b(
         res = phi - 1.0
         lo_a = np.where(res > 0, th, lo[active])
         hi_a = np.where(res < 0, th, hi[active])
-        step = res / dphi
+        step = phi * res / dphi  # Newton on 1/φ − 1 (see above)
         new = th + step
         outside = (new <= lo_a) | (new >= hi_a)
         new = np.where(outside, 0.5 * (lo_a + hi_a), new)
@@ -469,14 +473,22 @@ def _laplacian(A: np.ndarray) -> np.ndarray:
     return L
 
 
-def _smallest_eigenpairs(L: np.ndarray, c: int, dense: bool) -> tuple[np.ndarray, np.ndarray]:
+def _smallest_eigenpairs(L: np.ndarray, c: int, solver) -> tuple[np.ndarray, np.ndarray]:
     """The c + 1 smallest eigenpairs of the Laplacian (ascending): values (c+1,), vectors (n, c+1).
 
-    Dense: LAPACK subset solver (deterministic). Sparse: ARPACK shift-invert just below 0 on the
-    sparse L (A is sparse after the projection), with a deterministic start vector."""
+    solver "dense" (or True): LAPACK subset solver, O(n³) but deterministic. "arpack" (or False):
+    ARPACK shift-invert just below 0 on the sparse L (A is sparse after the projection; SuperLU
+    factorisation), with a deterministic start vector. "auto": arpack for n ≥ 1500 when L has at
+    most 50 % non-zeros."""
     n = L.shape[0]
     k = min(c + 1, n)
-    if dense or k >= n - 1:
+    if solver == "auto":
+        sparse_ok = n >= _SPARSE_EIGEN_MIN_N
+        if sparse_ok:
+            Ls = sp.csr_matrix(L)
+            sparse_ok = Ls.nnz <= _SPARSE_EIGEN_MAX_DENSITY * n * n
+        solver = "arpack" if sparse_ok else "dense"
+    if solver in ("dense", True) or k >= n - 1:
         return sla.eigh(L, subset_by_index=(0, k - 1), driver="evr")
     Ls = sp.csr_matrix(L)
     v0 = np.linspace(1.0, 2.0, n)
