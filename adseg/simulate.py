@@ -147,8 +147,13 @@ class MarketplaceConfig:
         auctions per advertiser over the training window.
     min_train_samples, max_train_samples : clip of that expectation.
     median_daily_supply, supply_sigma : log-normal law of the daily bid requests.
+    qualifier_price_sigma, segment_price_sigma : log-sd of the qualifier's shift of the vertical's
+        price level, and of the segment's own deviation on top.
+    segment_shape_sigma : log-sd of a segment's shape parameters around its vertical's.
     advertiser_price_sigma : log-sd of the advertiser-specific price scale inside a segment.
     market_day_sigma : log-sd of the per-(segment, day) market level.
+    text_mix : probabilities of a description word being a vertical, qualifier, generic or
+        misleading (another vertical's) word.
     first_price_share : share of advertisers in first-price auctions with bid shading.
     fault_share : share of advertisers with one injected logging fault.
     eval_bid_change_share : share of advertisers that move their bid level in the evaluation window.
@@ -163,14 +168,18 @@ class MarketplaceConfig:
     seed: int = 20260302
     start_date: str = "2026-03-02"
     price_decimals: int = 2
-    median_train_samples: float = 80.0
-    sample_count_sigma: float = 1.2
+    median_train_samples: float = 50.0
+    sample_count_sigma: float = 1.3
     min_train_samples: float = 2.0
     max_train_samples: float = 6000.0
     median_daily_supply: float = 3e5
     supply_sigma: float = 1.8
+    qualifier_price_sigma: float = 0.15
+    segment_price_sigma: float = 0.08
+    segment_shape_sigma: float = 0.1
     advertiser_price_sigma: float = 0.06
     market_day_sigma: float = 0.03
+    text_mix: tuple[float, float, float, float] = (0.45, 0.2, 0.25, 0.1)
     first_price_share: float = 0.2
     fault_share: float = 0.06
     eval_bid_change_share: float = 0.3
@@ -198,10 +207,22 @@ class MarketplaceConfig:
         except (TypeError, ValueError):
             need(False, f"start_date must be YYYY-MM-DD; got {self.start_date!r}.")
         need(0 <= int(self.price_decimals) <= 4, "price_decimals must be in [0, 4].")
+        mix = np.asarray(self.text_mix, dtype=np.float64)
+        need(
+            mix.shape == (4,) and np.all(np.isfinite(mix)) and np.all(mix >= 0) and mix.sum() > 0,
+            f"text_mix must be 4 non-negative weights; got {self.text_mix!r}.",
+        )
         need(self.median_train_samples > 0, "median_train_samples must be > 0.")
         need(0 < self.min_train_samples <= self.max_train_samples, "need 0 < min ≤ max samples.")
         need(self.median_daily_supply >= 1, "median_daily_supply must be ≥ 1.")
-        for name in ("sample_count_sigma", "supply_sigma", "advertiser_price_sigma"):
+        for name in (
+            "sample_count_sigma",
+            "supply_sigma",
+            "qualifier_price_sigma",
+            "segment_price_sigma",
+            "segment_shape_sigma",
+            "advertiser_price_sigma",
+        ):
             need(getattr(self, name) >= 0, f"{name} must be ≥ 0.")
         need(self.market_day_sigma >= 0, "market_day_sigma must be ≥ 0.")
         for name in ("first_price_share", "fault_share", "eval_bid_change_share"):
@@ -369,17 +390,35 @@ def _segments(cfg: MarketplaceConfig, rng: np.random.Generator) -> pd.DataFrame:
         members = np.flatnonzero(vertical == v)
         perm = rng.permutation(len(qualifiers))
         qualifier[members] = perm[np.arange(members.size) % len(qualifiers)]
-    # Log-medians spread over [ln 0.3, ln 8] eCPM; shapes differ too (width, upper tail).
-    mu1 = rng.uniform(np.log(0.3), np.log(8.0), s)
-    sigma1 = rng.uniform(0.25, 0.7, s)
-    mu2 = mu1 + rng.uniform(0.4, 1.2, s)
-    sigma2 = rng.uniform(0.2, 0.5, s)
-    weight2 = rng.uniform(0.0, 0.35, s)
-    # Half the segments sell through exchanges whose reserve binds on 2–25% of the auctions.
-    reserve_q = rng.uniform(0.02, 0.25, s)
-    has_reserve = rng.random(s) < 0.5
+    # Prices are structured as in real markets. Each vertical has its own price level (spread over
+    # [ln 0.4, ln 5] eCPM), shape (body width, competitive upper tail) and exchange reserve policy;
+    # each audience qualifier shifts the level (luxury dearer, budget cheaper) and each segment adds
+    # its own deviation of level and shape. Text that finds the vertical and, sometimes, the
+    # qualifier thus carries real but partial price information.
+    nv = len(verticals)
+    vertical_level = rng.permutation(np.linspace(np.log(0.4), np.log(5.0), nv))
+    qualifier_shift = rng.normal(0.0, cfg.qualifier_price_sigma, len(qualifiers))
+    v_sigma1 = rng.uniform(0.3, 0.65, nv)
+    v_tail = rng.uniform(0.4, 1.2, nv)
+    v_sigma2 = rng.uniform(0.2, 0.45, nv)
+    v_weight2 = rng.uniform(0.0, 0.35, nv)
+    v_reserve_q = rng.uniform(0.02, 0.25, nv)
+    v_has_reserve = rng.random(nv) < 0.5
+    jitter = cfg.segment_shape_sigma
+    mu1 = (
+        vertical_level[vertical]
+        + qualifier_shift[qualifier]
+        + rng.normal(0.0, cfg.segment_price_sigma, s)
+    )
+    sigma1 = v_sigma1[vertical] * np.exp(rng.normal(0.0, jitter, s))
+    mu2 = mu1 + v_tail[vertical] * np.exp(rng.normal(0.0, jitter, s))
+    sigma2 = v_sigma2[vertical] * np.exp(rng.normal(0.0, jitter, s))
+    weight2 = np.clip(v_weight2[vertical] + rng.normal(0.0, 0.3 * jitter, s), 0.0, 0.45)
+    # Half the verticals sell through exchanges whose reserve binds on 2–25% of the auctions.
+    reserve_q = np.clip(v_reserve_q[vertical] * np.exp(rng.normal(0.0, jitter, s)), 0.01, 0.3)
     reserve = _mixture_quantile(reserve_q, mu1, sigma1, mu2, sigma2, weight2)
-    reserve_ticks = np.where(has_reserve, np.floor(reserve / cfg.tick), 0).astype(np.int64)
+    reserve_ticks = np.where(v_has_reserve[vertical], np.floor(reserve / cfg.tick), 0)
+    reserve_ticks = reserve_ticks.astype(np.int64)
     share = rng.dirichlet(np.full(s, 3.0))
     return pd.DataFrame(
         {
@@ -402,10 +441,10 @@ def _segments(cfg: MarketplaceConfig, rng: np.random.Generator) -> pd.DataFrame:
 def _text(
     cfg: MarketplaceConfig, seg: pd.DataFrame, segment: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Names and descriptions. Each description is 8–18 words: segment vertical words (p 0.35),
-    qualifier words (0.15), generic words (0.3) and words of a per-advertiser misleading vertical
-    (0.2), with commas and, for one advertiser in ten, a quoted slogan. Returns (names,
-    descriptions, misleading vertical)."""
+    """Names and descriptions. Each description is 8–18 words drawn, with the probabilities of
+    ``cfg.text_mix``, from the segment's vertical words, its qualifier words, generic words and the
+    words of a per-advertiser misleading vertical, with commas and, for one advertiser in ten, a
+    quoted slogan. Returns (names, descriptions, misleading vertical)."""
     n = segment.size
     verticals = list(_VERTICALS)
     first = np.asarray(_NAME_FIRST, dtype=object)[rng.integers(0, len(_NAME_FIRST), n)]
@@ -419,7 +458,7 @@ def _text(
 
     max_len = 18
     length = rng.integers(8, max_len + 1, n)
-    kind = rng.choice(4, size=(n, max_len), p=[0.35, 0.15, 0.3, 0.2])
+    kind = rng.choice(4, size=(n, max_len), p=np.asarray(cfg.text_mix) / np.sum(cfg.text_mix))
     pick = rng.random((n, max_len))
     # Word tables padded to a rectangle so a (row, kind, pick) triple indexes one word.
     vocab_v = [_VERTICALS[v] for v in verticals]
