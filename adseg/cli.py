@@ -6,6 +6,7 @@ non-zero with a one-line reason on standard error, and writes nothing.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import sys
 from collections.abc import Callable
@@ -233,6 +234,281 @@ def _write_with_progress(engine, batch, quiet: bool):
             t: progress.add_task(f"loading {t}", total=n) for t, n in batch.rows().items() if n
         }
         return write_batch(engine, batch, lambda t, n: progress.advance(tasks[t], n))
+
+
+# --- sample --------------------------------------------------------------------------------
+
+sample_app = typer.Typer(help="The simulated sample marketplace.", no_args_is_help=True)
+app.add_typer(sample_app, name="sample")
+
+
+@sample_app.command("generate")
+@handle_errors
+def sample_generate(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files into.")],
+    advertisers: Annotated[int, typer.Option(help="Number of advertisers.")] = 1268,
+    days: Annotated[int, typer.Option(help="Days in all (training + evaluation).")] = 14,
+    train_days: Annotated[int, typer.Option(help="Days of the training window.")] = 7,
+    segments: Annotated[int, typer.Option(help="Latent segments.")] = 40,
+    seed: Annotated[
+        int, typer.Option(help="Random seed (same seed → identical files).")
+    ] = 20260302,
+    quiet: Quiet = False,
+) -> None:
+    """Write a simulated marketplace (advertisers, auctions, delivery .csv.gz + truth.csv)."""
+    import time
+
+    from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
+
+    config = MarketplaceConfig(
+        n_advertisers=advertisers, days=days, train_days=train_days, n_segments=segments, seed=seed
+    )
+    t0 = time.perf_counter()
+    market = simulate_marketplace(config)
+    paths = write_marketplace(market, out_dir)
+    if not quiet:
+        out.print(
+            f"wrote {len(market.advertisers):,} advertisers, {len(market.auctions):,} auctions, "
+            f"{len(market.delivery):,} delivery rows to {out_dir} "
+            f"in {time.perf_counter() - t0:.1f} s",
+            markup=False,
+        )
+        for name, path in paths.items():
+            out.print(f"  {name}: {path}", markup=False)
+
+
+# --- the pipeline ---------------------------------------------------------------------------
+
+EXIT_LOCKED = 75  # EX_TEMPFAIL: a scheduler may retry later
+
+DateOpt = Annotated[dt.datetime | None, typer.Option(formats=["%Y-%m-%d"])]
+
+
+def _windows(engine, train_start, train_end, eval_start, eval_end):
+    from adseg.pipeline import Windows, default_windows
+
+    given = [train_start, train_end, eval_start, eval_end]
+    if all(d is None for d in given):
+        return default_windows(engine)
+    if any(d is None for d in given):
+        raise CliError(
+            "give all four of --train-start/--train-end/--eval-start/--eval-end, or none "
+            "(default: the last 14 days in the database, 7 + 7)"
+        )
+    windows = Windows(*(d.date() for d in given))
+    windows.validate()
+    return windows
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    import logging
+
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command("nightly")
+@handle_errors
+def nightly(
+    train_start: DateOpt = None,
+    train_end: DateOpt = None,
+    eval_start: DateOpt = None,
+    eval_end: DateOpt = None,
+    fuser: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fuser", help="Fuser(s) to run (repeatable); default: every registered one."
+        ),
+    ] = None,
+    primary: Annotated[str, typer.Option(help="The fuser whose segments are the product.")] = "rcc",
+    segments: Annotated[
+        int | None, typer.Option(help="Number of segments (default: from the KS views).")
+    ] = None,
+    supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
+    seed: Annotated[int, typer.Option(help="Seed of every random step.")] = 0,
+    truth: Annotated[
+        Path | None,
+        typer.Option(help="truth.csv of a simulated marketplace: adds a 'truth' source."),
+    ] = None,
+    report_html: Annotated[
+        Path | None, typer.Option(help="Also write the HTML report to this file.")
+    ] = None,
+    database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
+
+    Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input,
+    75 another nightly run holds the lock (retry later)."""
+    from adseg.pipeline import NightlyConfig, run_nightly
+    from adseg.store.results import RunLockedError
+
+    _setup_logging(quiet, verbose)
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    if supply not in ("actual", "forecast", "both"):
+        raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
+    windows = _windows(engine, train_start, train_end, eval_start, eval_end)
+    config = NightlyConfig(
+        fusers=tuple(fuser) if fuser else None,
+        primary_fuser=primary,
+        n_segments=segments,
+        seed=seed,
+        supply=supply,
+        truth_path=str(truth) if truth else None,
+    )
+    config.fuser_names()  # validate names before taking the lock
+    if truth is not None and not truth.exists():
+        raise CliError(f"--truth {truth}: no such file")
+    progress = None if quiet else (lambda stage: err.print(f"[dim]… {stage}[/dim]"))
+    try:
+        result = run_nightly(engine, windows, config, progress)
+    except RunLockedError as exc:
+        _fail(str(exc), EXIT_LOCKED)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as exc:  # the run row has the error; the job needs a code and a line
+        _fail(f"nightly run failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
+    if report_html is not None:
+        _write_report(engine, result.run_id, "html", report_html)
+    if not quiet:
+        print_nightly(result, windows)
+        if report_html is not None:
+            out.print(f"HTML report: {report_html}", markup=False)
+
+
+def print_nightly(result, windows) -> None:
+    """The MAPE table by source (supply = actual bid requests, as the paper), then timings."""
+    mape = result.result.mape
+    out.print(
+        f"run {result.run_id}: train {windows.train_start}..{windows.train_end}, "
+        f"evaluate {windows.eval_start}..{windows.eval_end}, {result.n_segments} segments"
+    )
+    for mode in [m for m in ("actual", "forecast") if m in set(mape["supply_mode"])]:
+        table = Table(title=f"MAPE by segmentation source (supply: {mode})")
+        table.add_column("source")
+        methods = [m for m in ("segment", "blended") if m in set(mape["method"])]
+        for m in methods:
+            table.add_column(f"impressions ({m})", justify="right")
+            table.add_column(f"spend ({m})", justify="right")
+        table.add_column("segments", justify="right")
+        table.add_column("advertisers", justify="right")
+        if result.truth_ari:
+            table.add_column("ARI vs truth", justify="right")
+        sub = mape[mape["supply_mode"] == mode]
+        for source in dict.fromkeys(sub["source"]):
+            rows = sub[sub["source"] == source].set_index("method")
+            cells = []
+            for m in methods:
+                if m in rows.index:
+                    cells += [
+                        _pct(rows.loc[m, "impressions_mape"]),
+                        _pct(rows.loc[m, "spend_mape"]),
+                    ]
+                else:
+                    cells += ["", ""]
+            first = rows.iloc[0]
+            extra = [str(int(first["n_segments"])), str(int(first["n_advertisers"]))]
+            if result.truth_ari:
+                ari_value = result.truth_ari.get(source)
+                extra.append("" if ari_value is None else f"{ari_value:.3f}")
+            table.add_row(source, *cells, *extra)
+        out.print(table)
+    stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
+    out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
+
+
+def _pct(x) -> str:
+    try:
+        return f"{100 * float(x):.2f}%"
+    except (TypeError, ValueError):
+        return "n/a"
+
+
+@app.command("report")
+@handle_errors
+def report(
+    run: Annotated[
+        int | None, typer.Option("--run", help="Run id (default: latest completed).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="html | json | csv")] = "json",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File (default: stdout).")
+    ] = None,
+    database_url_: DatabaseUrl = None,
+) -> None:
+    """Render a run's report (HTML for analysts, JSON for machines, CSV of forecasts)."""
+    from adseg.store.results import RunNotFoundError, latest_completed_run
+
+    if fmt not in ("html", "json", "csv"):
+        raise CliError(f"--format must be html, json or csv; got {fmt!r}")
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    try:
+        run_id = run if run is not None else latest_completed_run(engine)
+        if output is None:
+            sys.stdout.write(_render_report(engine, run_id, fmt))
+        else:
+            _write_report(engine, run_id, fmt, output)
+            err.print(f"wrote {fmt} report of run {run_id} to {output}", markup=False)
+    except RunNotFoundError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _render_report(engine, run_id: int, fmt: str) -> str:
+    from adseg.pipeline import load_report_data
+    from adseg.report import render
+
+    return render(load_report_data(engine, run_id), fmt)
+
+
+def _write_report(engine, run_id: int, fmt: str, path: Path) -> None:
+    """Write atomically: a failed render leaves no half-written file."""
+    text = _render_report(engine, run_id, fmt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@app.command("runs")
+@handle_errors
+def runs(
+    limit: Annotated[int, typer.Option(help="How many (newest first).")] = 20,
+    database_url_: DatabaseUrl = None,
+) -> None:
+    """List recent runs with their status (and the error of failed ones)."""
+    from adseg.store.results import list_runs
+
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    frame = list_runs(engine, limit)
+    table = Table(title="runs")
+    for col in ("run", "kind", "status", "started", "finished", "error"):
+        table.add_column(col)
+    for row in frame.itertuples(index=False):
+        table.add_row(
+            str(row.run_id),
+            row.kind,
+            row.status,
+            f"{row.started_at:%Y-%m-%d %H:%M:%S}",
+            ""
+            if row.finished_at is None or pd_isna(row.finished_at)
+            else f"{row.finished_at:%H:%M:%S}",
+            (row.error or "")[:80],
+        )
+    out.print(table)
+
+
+def pd_isna(x) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(x))
 
 
 if __name__ == "__main__":  # pragma: no cover

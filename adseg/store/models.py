@@ -245,3 +245,6 @@ class Metric(Base):
     n_segments: Mapped[int] = mapped_column(Integer)
     n_zero_impressions: Mapped[int] = mapped_column(Integer, default=0)
     n_zero_spend: Mapped[int] = mapped_column(Integer, default=0)
+    n_missing_forecast: Mapped[int] = mapped_column(Integer, default=0)
+    kappa_win: Mapped[float | None] = mapped_column(Float)
+    kappa_cost: Mapped[float | None] = mapped_column(Float)

@@ -68,6 +68,9 @@ def upgrade() -> None:
         sa.Column('n_segments', sa.Integer(), nullable=False),
         sa.Column('n_zero_impressions', sa.Integer(), nullable=False),
         sa.Column('n_zero_spend', sa.Integer(), nullable=False),
+        sa.Column('n_missing_forecast', sa.Integer(), nullable=False),
+        sa.Column('kappa_win', sa.Float(), nullable=True),
+        sa.Column('kappa_cost', sa.Float(), nullable=True),
         sa.ForeignKeyConstraint(['run_id'], ['runs.run_id'], name=op.f('fk_metrics_run_id_runs'), ondelete='CASCADE'),
         sa.PrimaryKeyConstraint('run_id', 'source', 'method', 'supply_mode', name=op.f('pk_metrics')),
     )

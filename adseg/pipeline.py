@@ -1,0 +1,385 @@
+"""The nightly pipeline (DESIGN.md §2) with run bookkeeping:
+
+pull → views → fuse → regenerate → forecast → score → persist → report.
+
+Each stage is a function; :func:`run_nightly` runs them under a run row and the nightly lock.
+Results are written in one transaction per stage and become visible when the run completes.
+On any error the run's partial results are deleted, the run is marked failed with the error, and
+the exception propagates (the CLI turns it into a non-zero exit). Earlier runs are never touched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine
+
+from adseg import __version__
+from adseg.consensus import FUSERS
+from adseg.forecast import ForecastResult, evaluate_sources
+from adseg.metrics import ari
+from adseg.store import reads
+from adseg.store import results as store
+
+log = logging.getLogger("adseg.pipeline")
+
+SINGLE_VIEW_SOURCES = {"win_rate": "win_rate", "ecpm": "ecpm_cost", "text": "text"}
+"""Single-view segmentation sources → the view whose base clustering they use."""
+PRIMARY_FUSER = "rcc"
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Windows:
+    """Training and evaluation windows (inclusive dates)."""
+
+    train_start: dt.date
+    train_end: dt.date
+    eval_start: dt.date
+    eval_end: dt.date
+
+    def validate(self) -> None:
+        if self.train_start > self.train_end:
+            raise ValueError(
+                f"--train-start {self.train_start} is after --train-end {self.train_end}."
+            )
+        if self.eval_start > self.eval_end:
+            raise ValueError(f"--eval-start {self.eval_start} is after --eval-end {self.eval_end}.")
+        if self.eval_start <= self.train_end:
+            raise ValueError(
+                f"the evaluation window ({self.eval_start}..) must start after the training window "
+                f"ends ({self.train_end})."
+            )
+
+    def as_columns(self) -> dict[str, dt.date]:
+        return asdict(self)
+
+
+@dataclass
+class NightlyConfig:
+    """Everything a run is parameterised by (recorded in the run row)."""
+
+    fusers: tuple[str, ...] | None = None  # None = every registered fuser
+    primary_fuser: str = PRIMARY_FUSER
+    n_segments: int | None = None  # None = median cluster count of the KS views
+    seed: int = 0
+    supply: str = "both"
+    methods: tuple[str, ...] = ("segment", "blended")
+    alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
+    single_view_alpha: float = 0.05
+    min_samples: int = 5
+    truth_path: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def fuser_names(self) -> list[str]:
+        """Registered fusers to run, one name per class (aliases such as 'spcc' skipped)."""
+        names = list(self.fusers) if self.fusers else _unique_fusers()
+        unknown = [n for n in names if n not in FUSERS]
+        if unknown:
+            raise ValueError(
+                f"unknown fuser(s) {', '.join(unknown)}; registered: {', '.join(sorted(FUSERS))}."
+            )
+        if self.primary_fuser not in FUSERS:
+            raise ValueError(f"unknown primary fuser {self.primary_fuser!r}.")
+        if self.primary_fuser not in names:
+            names.insert(0, self.primary_fuser)
+        return names
+
+
+def _unique_fusers() -> list[str]:
+    seen, names = set(), []
+    for name, cls in FUSERS.items():
+        if cls not in seen:
+            seen.add(cls)
+            names.append(name)
+    return names
+
+
+def default_windows(engine: Engine, train_days: int = 7, eval_days: int = 7) -> Windows:
+    """The last ``train_days + eval_days`` delivery days in the database, split train | eval."""
+    span = reads.delivery_date_range(engine)
+    if span is None:
+        raise ValueError("the database has no delivery rows: ingest data first (`adseg ingest`).")
+    last = span[1]
+    eval_start = last - dt.timedelta(days=eval_days - 1)
+    train_end = eval_start - dt.timedelta(days=1)
+    train_start = train_end - dt.timedelta(days=train_days - 1)
+    return Windows(train_start, train_end, eval_start, last)
+
+
+# --- stages (pure functions on frames/arrays, plus the pull) --------------------------------
+
+
+@dataclass
+class PulledData:
+    advertiser_ids: np.ndarray
+    names: pd.Series
+    descriptions: list[str]
+    win_samples: list[np.ndarray]
+    cost_samples: list[np.ndarray]
+    train_delivery: pd.DataFrame
+    eval_delivery: pd.DataFrame
+
+
+def pull(engine: Engine, windows: Windows) -> PulledData:
+    """Stage 1: advertisers, training-window samples (one query), both windows' delivery."""
+    adv = reads.advertisers(engine)
+    if adv.empty:
+        raise ValueError("the database has no advertisers: ingest data first (`adseg ingest`).")
+    ids = adv["advertiser_id"].to_numpy(dtype=object)
+    win, cost = reads.price_samples(engine, ids, windows.train_start, windows.train_end)
+    train = reads.delivery(engine, windows.train_start, windows.train_end)
+    evaluation = reads.delivery(engine, windows.eval_start, windows.eval_end)
+    if evaluation.empty:
+        raise ValueError(
+            f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}."
+        )
+    if sum(len(s) for s in win) == 0:
+        raise ValueError(
+            f"no auction samples in the training window {windows.train_start}..{windows.train_end}."
+        )
+    return PulledData(
+        ids,
+        adv.set_index("advertiser_id")["name"],
+        adv["description"].tolist(),
+        win,
+        cost,
+        train,
+        evaluation,
+    )
+
+
+def build_views(data: PulledData, config: NightlyConfig):
+    """Stage 2: base clusterings of every view (KS graphs per α, text)."""
+    from adseg.views import ViewConfig, build_base_clusterings
+
+    view_config = ViewConfig(alphas=tuple(config.alphas), min_samples=config.min_samples)
+    return build_base_clusterings(
+        data.win_samples,
+        data.cost_samples,
+        data.descriptions,
+        config=view_config,
+        random_state=config.seed,
+    )
+
+
+def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int | None) -> int:
+    """The number of consensus segments: as requested, else the median cluster count of the
+    KS-view base clusterings (the views that measure what the forecast uses)."""
+    n = labels.shape[0]
+    if requested is not None:
+        if not 1 <= requested <= n:
+            raise ValueError(f"--segments must be between 1 and {n}; got {requested}.")
+        return requested
+    ks = columns[columns["view"] != "text"]["n_clusters"]
+    k = int(np.median(ks)) if len(ks) else int(np.median(columns["n_clusters"]))
+    return int(min(max(k, 2), n))
+
+
+def fill_missing(labels: np.ndarray) -> np.ndarray:
+    """-1 entries → fresh singleton labels per column, for fusers whose model has no missing
+    labels (an advertiser left out of a view is then 'alone' in that view)."""
+    out = labels.copy()
+    for j in range(out.shape[1]):  # columns, not items
+        miss = out[:, j] < 0
+        if miss.any():
+            start = out[:, j].max() + 1
+            out[miss, j] = start + np.arange(miss.sum())
+    return out
+
+
+def fuse(
+    labels: np.ndarray,
+    names: list[str],
+    n_segments: int,
+    seed: int,
+    primary: str,
+    progress: Progress | None = None,
+):
+    """Stage 3: every fuser on the base clusterings. Returns (segmentations, seconds, errors);
+    a failing alternative fuser is recorded and skipped, a failing primary fuser raises."""
+    segmentations, seconds, errors = {}, {}, {}
+    for name in names:
+        if progress:
+            progress(f"fusing with {name}")
+        cls = FUSERS[name]
+        fuser = cls(n_clusters=n_segments, random_state=seed)
+        data = labels if getattr(cls, "allow_missing", True) else fill_missing(labels)
+        t0 = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # convergence notes go to the run row, not stderr
+                segmentations[name] = fuser.fit_predict(data)
+        except Exception as exc:
+            if name == primary:
+                raise
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            log.warning("fuser %s failed and is skipped: %s", name, errors[name])
+        seconds[name] = round(time.perf_counter() - t0, 3)
+    return segmentations, seconds, errors
+
+
+def single_view_segmentations(
+    labels: np.ndarray, columns: pd.DataFrame, n_segments: int, alpha: float
+) -> dict[str, np.ndarray]:
+    """The paper's single-view sources: each KS view's clustering at ``alpha``; for text, the
+    text clustering whose cluster count is closest to ``n_segments``."""
+    out = {}
+    for source, view in SINGLE_VIEW_SOURCES.items():
+        cols = columns[columns["view"] == view]
+        if cols.empty:
+            continue
+        if view == "text":
+            j = int(cols.iloc[(cols["n_clusters"] - n_segments).abs().argsort().iloc[0]].name)
+        else:
+            match = cols[cols["parameter"].astype(str).str.contains(f"{alpha:g}")]
+            j = int((match if not match.empty else cols).index[0])
+        out[source] = labels[:, j]
+    return out
+
+
+def truth_segmentation(path: str | Path, advertiser_ids: np.ndarray) -> np.ndarray:
+    """The true segments from a simulator's truth.csv (advertiser_id, segment); -1 if absent."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"truth file {path} does not exist.")
+    truth = pd.read_csv(path, usecols=["advertiser_id", "segment"], dtype={"advertiser_id": str})
+    mapped = pd.Series(advertiser_ids).map(truth.set_index("advertiser_id")["segment"])
+    return mapped.fillna(-1).to_numpy(dtype=np.int64)
+
+
+def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: NightlyConfig):
+    """Stages 6–8: regenerate segment c.d.f.s, forecast the evaluation window, score (MAPE)."""
+    return evaluate_sources(
+        data.win_samples,
+        data.cost_samples,
+        segmentations,
+        data.train_delivery,
+        data.eval_delivery,
+        data.advertiser_ids,
+        supply=config.supply,
+        methods=config.methods,
+        random_state=config.seed,
+    )
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class NightlyResult:
+    run_id: int
+    result: ForecastResult
+    timings: dict[str, float]
+    n_segments: int
+    clusters_per_view: pd.DataFrame
+    consistency: pd.DataFrame
+    truth_ari: dict[str, float]
+
+
+def run_nightly(
+    engine: Engine,
+    windows: Windows | None = None,
+    config: NightlyConfig | None = None,
+    progress: Progress | None = None,
+) -> NightlyResult:
+    """Run the whole pipeline under the nightly lock; see the module docstring for guarantees.
+    Raises store.RunLockedError if another nightly is running (nothing is written then)."""
+    config = config or NightlyConfig()
+    windows = windows or default_windows(engine)
+    windows.validate()
+    names = config.fuser_names()
+    holder = store.acquire_lock(engine, "nightly")
+    run_id = None
+    timings: dict[str, float] = {}
+    try:
+        params = {k: v for k, v in asdict(config).items() if k != "extra"} | config.extra
+        params["fusers"] = names
+        run_id = store.create_run(
+            engine,
+            "nightly",
+            parameters=params,
+            seed=config.seed,
+            windows=windows.as_columns(),
+            code_version=__version__,
+        )
+        store.set_lock_run(engine, "nightly", holder, run_id)
+        return _run_stages(engine, run_id, windows, config, names, timings, progress)
+    except BaseException as exc:
+        if run_id is not None:
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("run %s failed: %s", run_id, message)
+            log.debug("%s", traceback.format_exc())
+            store.fail_run(engine, run_id, message, timings)
+        raise
+    finally:
+        store.release_lock(engine, "nightly", holder)
+
+
+def _timed(timings: dict, stage: str, progress: Progress | None):
+    class _Timer:
+        def __enter__(self):
+            if progress:
+                progress(stage)
+            self.t0 = time.perf_counter()
+
+        def __exit__(self, *exc):
+            timings[stage] = round(time.perf_counter() - self.t0, 3)
+            return False
+
+    return _Timer()
+
+
+def _run_stages(engine, run_id, windows, config, names, timings, progress) -> NightlyResult:
+    from adseg.views import clusters_per_view, view_consistency
+
+    with _timed(timings, "pull", progress):
+        data = pull(engine, windows)
+    with _timed(timings, "views", progress):
+        views = build_views(data, config)
+        labels, columns = views.labels, views.columns
+        store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
+    n_segments = choose_n_segments(columns, labels, config.n_segments)
+    with _timed(timings, "fuse", progress):
+        fused, fuser_seconds, fuser_errors = fuse(
+            labels, names, n_segments, config.seed, config.primary_fuser, progress
+        )
+        segmentations = single_view_segmentations(
+            labels, columns, n_segments, config.single_view_alpha
+        )
+        segmentations.update(fused)
+        if config.truth_path:
+            segmentations["truth"] = truth_segmentation(config.truth_path, data.advertiser_ids)
+        store.write_segments(engine, run_id, data.advertiser_ids, segmentations)
+    with _timed(timings, "forecast", progress):
+        result = forecast(data, segmentations, config)
+        store.write_forecast_results(engine, run_id, result)
+    truth_ari = {}
+    if "truth" in segmentations:
+        truth = segmentations["truth"]
+        truth_ari = {
+            s: round(ari(truth, seg), 4) for s, seg in segmentations.items() if s != "truth"
+        }
+    timings["fusers"] = fuser_seconds
+    timings["total"] = round(sum(v for v in timings.values() if isinstance(v, float)), 3)
+    extra = {"n_segments": n_segments, "fuser_errors": fuser_errors, "truth_ari": truth_ari}
+    store.complete_run(engine, run_id, timings | {"notes": extra})
+    return NightlyResult(
+        run_id,
+        result,
+        timings,
+        n_segments,
+        clusters_per_view(views),
+        view_consistency(views),
+        truth_ari,
+    )

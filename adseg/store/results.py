@@ -1,0 +1,386 @@
+"""Runs, the nightly lock, and the results of a run: writes (one transaction each) and reads.
+
+A run's results become visible to readers only when the run's status is 'completed'
+(:func:`latest_completed_run`, :func:`load_results` check it). A run that fails has its partial
+results deleted and its row marked 'failed' with the error — earlier runs are never touched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from adseg.store.models import (
+    BaseClusteringColumn,
+    BaseClusteringLabel,
+    Forecast,
+    Metric,
+    Run,
+    RunLock,
+    Segment,
+    SegmentCdf,
+)
+
+RESULT_TABLES = (BaseClusteringLabel, BaseClusteringColumn, Segment, SegmentCdf, Forecast, Metric)
+INSERT_CHUNK = 20_000
+
+
+class RunLockedError(RuntimeError):
+    """Another run holds the lock."""
+
+
+class RunNotFoundError(LookupError):
+    """No such run (or it is not completed)."""
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def create_run(
+    engine: Engine,
+    kind: str,
+    *,
+    parameters: dict,
+    seed: int | None,
+    windows: dict,
+    code_version: str,
+) -> int:
+    """Insert a 'running' run row in its own transaction; returns its id."""
+    with engine.begin() as conn:
+        return conn.execute(
+            insert(Run)
+            .values(
+                kind=kind,
+                status="running",
+                started_at=_now(),
+                parameters=_jsonable(parameters),
+                seed=seed,
+                code_version=code_version,
+                timings={},
+                **windows,
+            )
+            .returning(Run.run_id)
+        ).scalar_one()
+
+
+def set_timings(engine: Engine, run_id: int, timings: dict[str, float]) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(Run).where(Run.run_id == run_id).values(timings=_jsonable(timings)))
+
+
+def complete_run(engine: Engine, run_id: int, timings: dict[str, float]) -> None:
+    """Mark the run completed: its results become visible."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(Run)
+            .where(Run.run_id == run_id)
+            .values(status="completed", finished_at=_now(), timings=_jsonable(timings))
+        )
+
+
+def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float]) -> None:
+    """Delete the run's partial results and mark it failed with the error, in one transaction."""
+    with engine.begin() as conn:
+        for table in RESULT_TABLES:
+            conn.execute(delete(table).where(table.run_id == run_id))
+        conn.execute(
+            update(Run)
+            .where(Run.run_id == run_id)
+            .values(
+                status="failed", finished_at=_now(), error=error[:4000], timings=_jsonable(timings)
+            )
+        )
+
+
+def get_run(engine: Engine, run_id: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(select(Run).where(Run.run_id == run_id)).mappings().first()
+    if row is None:
+        raise RunNotFoundError(f"run {run_id} does not exist.")
+    return _run_dict(row["Run"] if "Run" in row else row)
+
+
+def latest_completed_run(engine: Engine, kind: str | None = None) -> int:
+    stmt = select(Run.run_id).where(Run.status == "completed")
+    if kind:
+        stmt = stmt.where(Run.kind == kind)
+    with engine.connect() as conn:
+        run_id = conn.scalar(stmt.order_by(Run.run_id.desc()).limit(1))
+    if run_id is None:
+        raise RunNotFoundError("no completed run in the database yet (run `adseg nightly`).")
+    return run_id
+
+
+def list_runs(engine: Engine, limit: int = 20) -> pd.DataFrame:
+    cols = [Run.run_id, Run.kind, Run.status, Run.started_at, Run.finished_at, Run.error]
+    with engine.connect() as conn:
+        rows = conn.execute(select(*cols).order_by(Run.run_id.desc()).limit(limit)).all()
+    return pd.DataFrame(rows, columns=[c.key for c in cols])
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    def iso(d):
+        return None if d is None else d.isoformat()
+
+    return {
+        "run_id": run.run_id,
+        "kind": run.kind,
+        "status": run.status,
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "windows": {
+            "train": [iso(run.train_start), iso(run.train_end)],
+            "eval": [iso(run.eval_start), iso(run.eval_end)],
+        },
+        "parameters": run.parameters or {},
+        "seed": run.seed,
+        "code_version": run.code_version,
+        "timings": run.timings or {},
+        "error": run.error,
+    }
+
+
+# --- the lock ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    name: str
+    run_id: int | None
+    holder: str
+    acquired_at: dt.datetime
+
+
+def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = None) -> str:
+    """Take the named lock or raise RunLockedError naming the holder. A lock left by a process
+    of this host that no longer exists (a crash, a kill -9) is stale and taken over."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    for _ in range(2):
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    insert(RunLock).values(
+                        name=name, run_id=run_id, holder=holder, acquired_at=_now()
+                    )
+                )
+            return holder
+        except IntegrityError:
+            current = lock_holder(engine, name)
+            if current is None:
+                continue
+            if _is_stale(current.holder):
+                release_lock(engine, name, current.holder)
+                continue
+            raise RunLockedError(
+                f"another {name} run is in progress (run {current.run_id}, held by "
+                f"{current.holder} since {current.acquired_at:%Y-%m-%d %H:%M:%S}); "
+                "try again when it has finished"
+            ) from None
+    raise RunLockedError(f"could not take the {name} lock")
+
+
+def set_lock_run(engine: Engine, name: str, holder: str, run_id: int) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            update(RunLock)
+            .where(RunLock.name == name, RunLock.holder == holder)
+            .values(run_id=run_id)
+        )
+
+
+def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
+    with engine.connect() as conn:
+        row = conn.execute(select(RunLock).where(RunLock.name == name)).scalar_one_or_none()
+    if row is None:
+        return None
+    return LockHolder(row.name, row.run_id, row.holder, row.acquired_at)
+
+
+def release_lock(engine: Engine, name: str, holder: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
+
+
+def _is_stale(holder: str) -> bool:
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's process: we cannot tell, so respect it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+# --- results writes (each in one transaction) ----------------------------------------------
+
+
+def write_base_clusterings(
+    engine: Engine, run_id: int, advertiser_ids, labels: np.ndarray, columns: pd.DataFrame
+) -> None:
+    """Persist a run's base clusterings: one row per column (view, parameter, n_clusters,
+    n_excluded, seconds) and one per (column, advertiser) with its label (-1 = left out)."""
+    ids = np.asarray(advertiser_ids, dtype=object)
+    n, m = labels.shape
+    col_rows = [
+        {
+            "run_id": run_id,
+            "column_index": j,
+            "view": str(columns["view"].iloc[j]),
+            "parameter": str(columns["parameter"].iloc[j]),
+            "n_clusters": int(columns["n_clusters"].iloc[j]),
+            "n_excluded": int(columns["n_excluded"].iloc[j]),
+            "seconds": _float_or_none(columns["seconds"].iloc[j]) if "seconds" in columns else None,
+        }
+        for j in range(m)
+    ]
+    labels_frame = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "column_index": np.repeat(np.arange(m), n),
+            "advertiser_id": np.tile(ids, m),
+            "label": labels.T.ravel().astype(int),
+        }
+    )
+    with engine.begin() as conn:
+        conn.execute(delete(BaseClusteringLabel).where(BaseClusteringLabel.run_id == run_id))
+        conn.execute(delete(BaseClusteringColumn).where(BaseClusteringColumn.run_id == run_id))
+        conn.execute(insert(BaseClusteringColumn), col_rows)
+        _insert_frame(conn, BaseClusteringLabel, labels_frame)
+
+
+def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: dict) -> None:
+    """Persist (replace) the given sources' segments of a run."""
+    ids = np.asarray(advertiser_ids, dtype=object)
+    frames = [
+        pd.DataFrame(
+            {
+                "run_id": run_id,
+                "source": src,
+                "advertiser_id": ids,
+                "segment": np.asarray(seg, dtype=int),
+            }
+        )
+        for src, seg in segmentations.items()
+    ]
+    with engine.begin() as conn:
+        for src in segmentations:
+            conn.execute(delete(Segment).where(Segment.run_id == run_id, Segment.source == src))
+        for frame in frames:
+            _insert_frame(conn, Segment, frame)
+
+
+def write_forecast_results(engine: Engine, run_id: int, result) -> None:
+    """Persist (replace) a ForecastResult: segment c.d.f.s, forecasts and metrics, in one
+    transaction."""
+    cdfs = result.segment_cdfs.rename(columns={"bid": "bid_ecpm"}).assign(run_id=run_id)
+    forecasts = result.forecasts.assign(run_id=run_id)
+    metric_cols = [c.name for c in Metric.__table__.columns]
+    mape = result.mape.assign(run_id=run_id)
+    for col in ("n_missing_forecast", "n_zero_impressions", "n_zero_spend"):
+        if col not in mape:
+            mape[col] = 0
+    for col in ("kappa_win", "kappa_cost"):
+        if col not in mape:
+            mape[col] = np.nan
+    # κ may be infinite (pure segment c.d.f.): stored as NULL, like "not applicable"
+    mape = mape.replace([np.inf, -np.inf], np.nan)
+    with engine.begin() as conn:
+        for table in (SegmentCdf, Forecast, Metric):
+            conn.execute(delete(table).where(table.run_id == run_id))
+        _insert_frame(conn, SegmentCdf, cdfs[[c.name for c in SegmentCdf.__table__.columns]])
+        _insert_frame(conn, Forecast, forecasts[[c.name for c in Forecast.__table__.columns]])
+        _insert_frame(conn, Metric, mape[metric_cols])
+
+
+def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
+    if frame.empty:
+        return
+    clean = frame.astype(object).where(frame.notna(), None)
+    records = clean.to_dict(orient="records")
+    for start in range(0, len(records), INSERT_CHUNK):
+        conn.execute(insert(model), records[start : start + INSERT_CHUNK])
+
+
+# --- results reads -------------------------------------------------------------------------
+
+
+def _frame(engine: Engine, model, run_id: int) -> pd.DataFrame:
+    cols = [c for c in model.__table__.columns if c.name != "run_id"]
+    stmt = select(*cols).where(model.run_id == run_id)
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
+
+
+def read_base_clusterings(
+    engine: Engine, run_id: int
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """(advertiser_ids (n,), labels (n, m), columns frame) of a run's base clusterings."""
+    columns = _frame(engine, BaseClusteringColumn, run_id).sort_values("column_index")
+    labels = _frame(engine, BaseClusteringLabel, run_id)
+    if columns.empty:
+        raise RunNotFoundError(f"run {run_id} has no base clusterings (run `adseg views`).")
+    wide = labels.pivot(index="advertiser_id", columns="column_index", values="label")
+    wide = wide.sort_index()[columns["column_index"].to_numpy()]
+    return (
+        wide.index.to_numpy(dtype=object),
+        wide.to_numpy(dtype=np.int64),
+        columns.reset_index(drop=True),
+    )
+
+
+def read_segments(engine: Engine, run_id: int) -> dict[str, pd.Series]:
+    """source → Series(advertiser_id → segment)."""
+    frame = _frame(engine, Segment, run_id)
+    return {
+        src: g.set_index("advertiser_id")["segment"].sort_index()
+        for src, g in frame.groupby("source", sort=False)
+    }
+
+
+def read_forecast_results(engine: Engine, run_id: int) -> dict[str, pd.DataFrame]:
+    return {
+        "segment_cdfs": _frame(engine, SegmentCdf, run_id).rename(columns={"bid_ecpm": "bid"}),
+        "forecasts": _frame(engine, Forecast, run_id),
+        "mape": _frame(engine, Metric, run_id),
+    }
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _float_or_none(x) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) else None
+
+
+def _jsonable(value):
+    """JSON-safe copy: numpy scalars → Python, dates → ISO text, NaN/inf → None."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return value
