@@ -261,6 +261,10 @@ def test_s_step_decreases_surrogate_is_a_fixed_point_and_is_unique(noisy):
         rng.uniform(size=Y.shape), W, Y, C_off, blocks, gamma, rho, H, tol=1e-13, max_sweeps=2000
     )
     np.testing.assert_allclose(S_other, S, atol=1e-7)
+    S_sor, _ = s_step(
+        S0.copy(), W, Y, C_off, blocks, gamma, rho, H, tol=1e-13, max_sweeps=2000, omega=1.6
+    )
+    np.testing.assert_allclose(S_sor, S, atol=1e-7)  # over-relaxation: same minimiser
     for i in range(4):
         E = C_off * np.outer(W[i], W[i])
 

@@ -110,7 +110,9 @@ def spectral(
     su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
     sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
     S_hat = S * su[:, None] * sv[None, :]
-    gram = S_hat.T @ (S_hat * mult[:, None])
+    X = S_hat * np.sqrt(mult)[:, None]
+    gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
+    del X
     r = min(n_vectors, k)
     vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
     vals, vecs = vals[::-1], vecs[:, ::-1]
@@ -192,12 +194,27 @@ def w_step(
 
 
 def s_step(
-    S, W, Y, C_off, blocks, gamma, rho, H, *, weights_are_one=False, tol=1e-6, max_sweeps=100
+    S,
+    W,
+    Y,
+    C_off,
+    blocks,
+    gamma,
+    rho,
+    H,
+    *,
+    weights_are_one=False,
+    tol=1e-6,
+    max_sweeps=100,
+    omega=1.0,
 ) -> tuple[np.ndarray, int]:
     """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
     at once, warm-started from S (modified in place and returned with the sweep count).
 
     ``weights_are_one`` (W ≡ 1) saves one GEMM per block: Σ_q C_pq W_iq is then a constant row.
+    ``omega`` in (0, 2) over-relaxes each coordinate step (projected SOR, Cryer 1971): the same
+    unique minimiser (the problem is convex), every step still decreases the objective, and far
+    fewer sweeps when γ makes the coupling dominate the diagonal.
     """
     u, k = S.shape
     W2 = W * W
@@ -217,7 +234,7 @@ def s_step(
             with np.errstate(divide="ignore", invalid="ignore"):
                 new = np.where(
                     den > _DEN_EPS,
-                    np.clip(num / den, 0.0, 1.0),
+                    np.clip(old + omega * (num / den - old), 0.0, 1.0),
                     np.where(H[:, J] > 0, 0.0, old),
                 )
             delta = max(delta, float(np.max(np.abs(new - old), initial=0.0)))
@@ -250,6 +267,9 @@ class SCCBG(BaseFuser):
     rank_tol : spectral component test Σ_{i≤c}(1 − σ_i) (spec §3.4).
     edge_tol : S_ij above this is an edge when reading components.
     inner_tol, max_sweeps : stopping rule of the block coordinate descents (max |Δ| per sweep).
+    relaxation : over-relaxation ω ∈ (0, 2) of the S-step (projected SOR; 1 = plain coordinate
+        descent). The S-step is convex, so ω changes the speed, not the minimiser — except where
+        ``max_sweeps`` cuts a solve short (γ ≥ 0.1 on the paper's data sets).
     gamma_grid : candidates for ``gamma="auto"``.
     compress : fuse items with identical label rows (exact; see the module docstring).
     random_state : seeds the k-means fallback only (the rest is deterministic).
@@ -291,6 +311,7 @@ class SCCBG(BaseFuser):
         edge_tol: float = 1e-6,
         inner_tol: float = 1e-6,
         max_sweeps: int = 100,
+        relaxation: float = 1.4,
         gamma_grid: tuple[float, ...] = DEFAULT_GAMMA_GRID,
         compress: bool = True,
         random_state=None,
@@ -306,6 +327,7 @@ class SCCBG(BaseFuser):
         self.edge_tol = edge_tol
         self.inner_tol = inner_tol
         self.max_sweeps = max_sweeps
+        self.relaxation = relaxation
         self.gamma_grid = gamma_grid
         self.compress = compress
         self.random_state = random_state
@@ -331,6 +353,8 @@ class SCCBG(BaseFuser):
         for name in ("lambda0", "rho0", "tol", "rank_tol", "inner_tol"):
             positive(name, getattr(self, name))
         positive("edge_tol", self.edge_tol, strict=False)
+        if not 0 < self.relaxation < 2:
+            raise ValueError(f"relaxation must be in (0, 2); got {self.relaxation!r}.")
         for name in ("max_iter", "max_sweeps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
@@ -447,6 +471,7 @@ class SCCBG(BaseFuser):
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
                 weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
+                omega=self.relaxation,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
             dS = np.sqrt(mult @ ((S - S_prev) ** 2).sum(1)) / max(
