@@ -30,6 +30,9 @@ FUSERS["sccbg"] = FUSERS["spcc"] = SCCBG
 from adseg.consensus.trce import TRCE  # noqa: E402
 
 FUSERS["trce"] = TRCE
+from adseg.consensus.rcec import RCEC  # noqa: E402
+
+FUSERS["rcec"] = RCEC
 # --- fuser registrations (end) ---
 
 __all__ = [
