@@ -344,9 +344,13 @@ class Landscape:
     def _base(self, adv: np.ndarray, x: np.ndarray, fn: str) -> np.ndarray:
         g = self.base_group[adv]
         seg_ok = g >= 0
-        out = getattr(self.pooled, fn)(np.zeros_like(adv), x)
+        out = np.empty(adv.shape)
         if seg_ok.any():
             out[seg_ok] = getattr(self.segment, fn)(g[seg_ok], x[seg_ok])
+        if not seg_ok.all():
+            out[~seg_ok] = getattr(self.pooled, fn)(
+                np.zeros(int((~seg_ok).sum()), np.int64), x[~seg_ok]
+            )
         return out
 
     def _blend(self, adv, x, fn: str) -> np.ndarray:
@@ -544,9 +548,11 @@ class KappaSelector:
                 w = shrinkage_weights(f["n_fit"], kappa)
                 losses[j] += np.sum((w * f["own_cdf"] + (1 - w) * base - f["target"]) ** 2)
         losses /= self.n_points_
-        return float(self.grid_[int(np.argmin(losses))]), pd.DataFrame(
-            {"kappa": self.grid_, "loss": losses}
-        )
+        # ties (e.g. the "own" reference, where own = segment for every κ) go to the largest κ:
+        # the paper's segment estimate unless the advertiser's own samples measurably help
+        tied = losses <= losses.min() * (1 + 1e-9) + 1e-300
+        best = float(self.grid_[tied].max())
+        return best, pd.DataFrame({"kappa": self.grid_, "loss": losses})
 
 
 def select_kappa(

@@ -324,7 +324,9 @@ def _fmt(x: Any, kind: str = "") -> str:
     if kind == "pct":
         return f"{100 * float(x):.2f}%"
     if isinstance(x, float | np.floating):
-        return f"{float(x):.4g}"
+        return f"{float(x):,.0f}" if abs(x) >= 1000 else f"{float(x):.4g}"
+    if isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_):
+        return f"{int(x):,}" if abs(x) >= 10000 else str(int(x))
     return str(x)
 
 
@@ -435,6 +437,31 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 """
 
 
+def _mape_pivot(mape: pd.DataFrame, mode: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """One row per source: MAPE of the segment and blended methods side by side, sorted by the
+    segment method's impressions MAPE."""
+    m = mape[mape["supply_mode"] == mode]
+    out = m.drop_duplicates("source")[["source"]].reset_index(drop=True)
+    formats = {}
+    for meth in ("segment", "blended"):
+        sub = m[m["method"] == meth].set_index("source")
+        for what in ("impressions", "spend"):
+            col = f"{what} MAPE ({meth})"
+            if len(sub):
+                out[col] = out["source"].map(sub[f"{what}_mape"])
+                formats[col] = "pct"
+    first = m.drop_duplicates("source").set_index("source")
+    for c in ("n_segments", "n_advertisers", "n_zero_impressions", "n_zero_spend"):
+        if c in first.columns:
+            out[c] = out["source"].map(first[c])
+    blended = m[m["method"] == "blended"].set_index("source")
+    for c in ("kappa_win", "kappa_cost"):
+        if c in blended.columns and len(blended):
+            out[c.replace("kappa_", "κ ")] = out["source"].map(blended[c])
+    sort_col = next((c for c in out.columns if c.startswith("impressions MAPE")), "source")
+    return out.sort_values(sort_col, kind="stable", na_position="last"), formats
+
+
 def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) -> str:
     """A self-contained HTML page (inline CSS and base64 PNGs, no scripts, no external links).
 
@@ -482,27 +509,10 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         "training window. Sources <b>own</b> (no segmentation) and <b>global</b> (one segment) "
         "are references. Zero actuals are left out of the MAPE and counted.</p>"
     )
-    m = data.mape.copy()
-    if len(m):
-        m = m.sort_values(["supply_mode", "method", "impressions_mape"], kind="stable")
-        cols = [
-            c
-            for c in (
-                "source",
-                "supply_mode",
-                "method",
-                "impressions_mape",
-                "spend_mape",
-                "n_advertisers",
-                "n_segments",
-                "n_zero_impressions",
-                "n_zero_spend",
-                "kappa_win",
-                "kappa_cost",
-            )
-            if c in m.columns
-        ]
-        parts.append(_table(m[cols], {"impressions_mape": "pct", "spend_mape": "pct"}))
+    if len(data.mape):
+        for mode in _supply_modes(data.mape):  # one table per supply mode
+            parts.append(f"<h3>{_e(mode)} supply</h3>")
+            parts.append(_table(*_mape_pivot(data.mape, mode)))
     else:
         parts.append("<p>No forecasts were scored.</p>")
     parts.append(
