@@ -1,0 +1,397 @@
+"""Bid landscapes: empirical c.d.f.s and exact all-pairs two-sample Kolmogorov–Smirnov statistics.
+
+The paper (seed 003, Eq. 41) compares advertisers i and j, with m and n observations, by the
+scaled two-sample KS statistic
+
+    dist(i, j) = sqrt(m n / (m + n)) · D_ij,      D_ij = sup_x |F_i(x) − F_j(x)|,
+
+and links them when dist ≤ C_α, the upper-α point of the Kolmogorov distribution (Eq. 40, 42).
+
+Exactness. Both e.c.d.f.s are right-continuous step functions, so F_i − F_j only *rises* at the
+sample points of i and only *falls* at those of j. Hence
+
+    D_ij = max(A_ij, A_ji),     A_ij = max_{x ∈ U_i} (F_i(x) − F_j(x)) ≥ 0,
+
+where U_i is the set of distinct values of sample i (A_ij ≥ 0 because F_i(max U_i) = 1). Every
+F value is an integer count divided by the sample size in float64, exactly as scipy computes it.
+D_ij is a multiple h / lcm(m, n); the float difference k/m − l/n can sit one ulp off that
+rational, and scipy's ``ks_2samp`` snaps its statistic to the nearest float of h / lcm (whenever
+it takes its exact path, i.e. max(m, n) ≤ 10,000), so we snap too. The result equals
+``scipy.stats.ks_2samp(a, b).statistic`` bit for bit there (tests check 1e-12), ties and samples of
+size 1 included, and is the correctly rounded exact statistic for every pair with lcm ≤ 2⁴⁰.
+
+Cost. The directed form ("points" method, the default) evaluates, for each row advertiser i,
+F_i − F_j at its own |U_i| points for every column j: n · Σ_i |U_i| element operations, which is
+below the n² · G / 2 of evaluating every pair on the pooled grid of G distinct values whenever
+advertisers have fewer than G/2 distinct values each (heavy-tailed sample sizes make that the rule;
+with prices quantised to a tick, |U_i| ≤ the number of ticks). Columns are processed in blocks
+whose e.c.d.f.s are tabulated only on the block's own distinct values, so a huge pooled grid never
+has to be held. The "grid" method (every pair on the pooled grid, blocked over rows) is kept as a
+cross-check and for benchmarks.
+
+Memory. Besides the n×n float64 result (and one n×n temporary when symmetrising), the "points"
+method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G, samples
+in the block), kept ≤ ``memory_mb`` / 2 by the choice of b_col (b_col ≤ chunk_elements / 64 as
+well), the O(P) point arrays (P = Σ_i |U_i|), and one working chunk of about ``chunk_elements``
+float64 (default 2¹⁸ = 2 MiB, sized for the L2 cache). Never an n × n × G array.
+
+Speed. Per column block, each sample's points are cut into pieces, padded to a few length classes
+(≤ 19% padding, by repeating the last point) and batched as (pieces, length, b_col) arrays, so the
+inner work is one gather, one subtract and one max over an axis: about 3 ns per point × column on
+this project's (shared, 2-core) machine. See benchmarks/results/ks_timing.md.
+
+Empty samples get NaN in their row and column of both matrices (diagonal included): the KS
+statistic is undefined for them. ``on_empty="raise"`` turns that into an error instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "ecdf",
+    "ecdf_values",
+    "ks_critical_value",
+    "ks_distance_matrix",
+    "ks_statistic_matrix",
+    "sample_sizes",
+]
+
+_DEFAULT_MEMORY_MB = 256.0
+_DEFAULT_CHUNK = 1 << 18
+
+
+# --------------------------------------------------------------------------------------------
+# Single-sample helpers
+# --------------------------------------------------------------------------------------------
+
+
+def ecdf(sample) -> tuple[np.ndarray, np.ndarray]:
+    """The e.c.d.f. of one sample as its distinct values and F at them.
+
+    Returns (x, F): x sorted distinct values (k,), F(x) = #{samples ≤ x} / m (k,), float64, right-
+    continuous. Empty input → two empty arrays. Cost O(m log m).
+    """
+    a = _as_sample(sample, "sample")
+    if a.size == 0:
+        return np.empty(0), np.empty(0)
+    a = np.sort(a)
+    x, counts = np.unique(a, return_counts=True)
+    return x, np.cumsum(counts) / a.size
+
+
+def ecdf_values(sample, points) -> np.ndarray:
+    """F(points) for the e.c.d.f. of ``sample`` (right-continuous: F(x) = #{samples ≤ x} / m).
+
+    ``points`` any shape; returns float64 of the same shape. Empty sample → NaN. Cost
+    O((m + p) log m).
+    """
+    a = np.sort(_as_sample(sample, "sample"))
+    p = np.asarray(points, dtype=np.float64)
+    if a.size == 0:
+        return np.full(p.shape, np.nan)
+    return np.searchsorted(a, p, side="right") / a.size
+
+
+def sample_sizes(samples: Sequence) -> np.ndarray:
+    """Number of observations of each sample (n,), int64."""
+    return np.array([np.asarray(s).size for s in _as_sample_list(samples)], dtype=np.int64)
+
+
+def ks_critical_value(alpha: float) -> float:
+    """C_α with Pr(K > C_α) = α for the Kolmogorov distribution K (the asymptotic law of
+    sqrt(mn/(m+n)) · D under H0: F_i = F_j): scipy.stats.kstwobign.isf(alpha).
+
+    C_0.01 ≈ 1.6276, C_0.05 ≈ 1.3581, C_0.10 ≈ 1.2238; decreasing in α. ``alpha`` in (0, 1).
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
+        raise TypeError(f"alpha must be a number in (0, 1); got {alpha!r}.")
+    alpha = float(alpha)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1); got {alpha}.")
+    return float(stats.kstwobign.isf(alpha))
+
+
+# --------------------------------------------------------------------------------------------
+# All-pairs KS
+# --------------------------------------------------------------------------------------------
+
+
+def ks_statistic_matrix(
+    samples: Sequence,
+    *,
+    method: str = "points",
+    memory_mb: float = _DEFAULT_MEMORY_MB,
+    chunk_elements: int = _DEFAULT_CHUNK,
+    on_empty: str = "nan",
+) -> np.ndarray:
+    """All-pairs two-sample KS statistics D_ij = sup_x |F_i(x) − F_j(x)|.
+
+    Parameters
+    ----------
+    samples : sequence of n 1-D array-likes of finite numbers (sizes may differ, ties allowed).
+    method : "points" (directed maxima at each sample's own distinct values; default) or "grid"
+        (every pair on the pooled grid of distinct values; slower unless samples are dense on a
+        small grid). Both are exact.
+    memory_mb : budget for the block tables (the e.c.d.f. table of one column block for "points",
+        the (G, n) e.c.d.f. table for "grid", which raises if it does not fit). The n×n result is
+        extra.
+    chunk_elements : float64 elements in one working chunk (the points × columns or rows ×
+        columns temporary); a cache-sized chunk is fastest.
+    on_empty : "nan" (NaN row and column for an empty sample) or "raise".
+
+    Returns
+    -------
+    D : (n, n) float64, symmetric, zero diagonal, values in [0, 1] (NaN rows for empty samples).
+        Equal to ``scipy.stats.ks_2samp(samples[i], samples[j]).statistic`` for every pair.
+
+    Cost: "points" n · Σ_i |U_i| element operations (|U_i| = distinct values of sample i);
+    "grid" n² G / 2. Memory: see the module docstring.
+    """
+    data = _Pooled.from_samples(samples, on_empty=on_empty)
+    _check_positive(memory_mb, "memory_mb")
+    _check_positive(chunk_elements, "chunk_elements")
+    chunk_elements = int(chunk_elements)
+    if method == "points":
+        out = _ks_points(data, memory_mb, chunk_elements)
+    elif method == "grid":
+        out = _ks_grid(data, memory_mb, chunk_elements)
+    else:
+        raise ValueError(f"method must be 'points' or 'grid'; got {method!r}.")
+    _round_to_lattice(out, data.sizes, chunk_elements)
+    empty = data.sizes == 0
+    if empty.any():
+        out[empty, :] = np.nan
+        out[:, empty] = np.nan
+    return out
+
+
+def ks_distance_matrix(samples: Sequence, **kwargs) -> np.ndarray:
+    """Scaled KS distances dist_ij = sqrt(m_i m_j / (m_i + m_j)) · D_ij (paper Eq. 41), (n, n)
+    float64, symmetric, zero diagonal; NaN rows/columns for empty samples. Keyword arguments go to
+    ``ks_statistic_matrix``. Compare with ``ks_critical_value(alpha)``. Holds one n×n temporary
+    besides the result.
+    """
+    samples = _as_sample_list(samples)
+    d = ks_statistic_matrix(samples, **kwargs)
+    return scale_statistics(d, sample_sizes(samples))
+
+
+def scale_statistics(statistics: np.ndarray, sizes) -> np.ndarray:
+    """sqrt(m_i m_j / (m_i + m_j)) · D_ij for an (n, n) statistic matrix and sample sizes (n,).
+    Pairs involving an empty sample become NaN. Returns a new (n, n) float64 array."""
+    d = np.asarray(statistics, dtype=np.float64)
+    m = np.asarray(sizes, dtype=np.float64)
+    if d.ndim != 2 or d.shape != (m.size, m.size):
+        raise ValueError(f"statistics must be ({m.size}, {m.size}); got shape {d.shape}.")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.sqrt(np.multiply.outer(m, m) / np.add.outer(m, m))
+    scale[m == 0, :] = np.nan
+    scale[:, m == 0] = np.nan
+    scale *= d
+    return scale
+
+
+# --------------------------------------------------------------------------------------------
+# Internals
+# --------------------------------------------------------------------------------------------
+
+
+class _Pooled:
+    """All samples concatenated and sorted within each sample, plus each sample's distinct values
+    ("points") with its own F there. Arrays of length N = Σ m_i and P = Σ |U_i|."""
+
+    def __init__(self, values, ids, sizes, offsets, p_ids, p_vals, p_f):
+        self.values, self.ids, self.sizes, self.offsets = values, ids, sizes, offsets
+        self.p_ids, self.p_vals, self.p_f = p_ids, p_vals, p_f
+
+    @classmethod
+    def from_samples(cls, samples, *, on_empty: str) -> _Pooled:
+        if on_empty not in ("nan", "raise"):
+            raise ValueError(f"on_empty must be 'nan' or 'raise'; got {on_empty!r}.")
+        arrays = [_as_sample(s, f"samples[{i}]") for i, s in enumerate(_as_sample_list(samples))]
+        sizes = np.array([a.size for a in arrays], dtype=np.int64)
+        if on_empty == "raise" and (sizes == 0).any():
+            raise ValueError(f"samples[{int(np.argmin(sizes))}] is empty (on_empty='raise').")
+        n = sizes.size
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        ids = np.repeat(np.arange(n), sizes)
+        values = np.concatenate(arrays) if n else np.empty(0)
+        # ids are already grouped in ascending order, so lexsort sorts values within each sample
+        order = np.lexsort((values, ids))
+        values = values[order]
+        # last occurrence of each distinct value within a sample: its rank + 1 = #{x ≤ value}
+        last = np.ones(values.size, dtype=bool)
+        last[:-1] = (values[1:] != values[:-1]) | (ids[1:] != ids[:-1])
+        rank = np.arange(values.size) - offsets[ids]
+        p_f = (rank[last] + 1) / sizes[ids[last]]
+        return cls(values, ids, sizes, offsets, ids[last], values[last], p_f)
+
+
+def _ks_points(data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64) -> np.ndarray:
+    n = data.sizes.size
+    directed = np.zeros((n, n))  # A_ij ≥ 0 always, so 0 is a safe identity for the max
+    n_points = data.p_vals.size
+    if n_points == 0:
+        return directed
+    n_distinct = int(np.unique(data.p_vals).size)
+    table_budget = memory_mb * 2**20 / 2 / 8
+    # narrow enough that a chunk holds ≥ min_rows points (amortises the per-chunk numpy calls),
+    # and the block table fits in half the memory budget
+    b_col = int(max(1, min(n, table_budget // (n_distinct + 1), chunk // min_rows)))
+    rows_per_chunk = max(1, chunk // b_col)
+    plan = _segment_plan(data.p_ids, rows_per_chunk)
+    for j0 in range(0, n, b_col):  # loop over column blocks
+        j1 = min(n, j0 + b_col)
+        table, grid = _block_table(data, j0, j1)
+        # row of `table` holding each point's F_j: 0 = before the block's first value
+        where = np.searchsorted(grid, data.p_vals, side="right")
+        for owners, idx in plan:  # loop over chunks of equal-length (padded) segments
+            block = table[where[idx]]  # (segments, length, columns)
+            np.subtract(data.p_f[idx][:, :, None], block, out=block)
+            part = block.max(axis=1)
+            # a long sample is cut into pieces that land in different chunks: keep the max
+            np.maximum(directed[owners, j0:j1], part, out=part)
+            directed[owners, j0:j1] = part
+    out = np.maximum(directed, directed.T)
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def _segment_plan(p_ids: np.ndarray, max_rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Group the points of each sample into chunks of equal-length segments for a batched max.
+
+    Each sample's run of points is cut into pieces of at most ``max_rows`` points; pieces are
+    padded up to a length class (powers of 2^(1/4), so ≤ 19% padding) by repeating their last
+    point, which leaves the max unchanged. Returns [(owners (s,), point indices (s, L))] with
+    s · L ≤ max(max_rows, L) and distinct owners within a chunk.
+    """
+    starts = np.flatnonzero(np.r_[True, p_ids[1:] != p_ids[:-1]])
+    lengths = np.diff(np.r_[starts, p_ids.size])
+    n_full = lengths // max_rows
+    # full pieces of max_rows points, then one remainder piece per sample
+    full_owner = np.repeat(np.arange(starts.size), n_full)
+    full_offset = np.arange(full_owner.size) - np.repeat(np.cumsum(n_full) - n_full, n_full)
+    piece_start = np.r_[starts[full_owner] + full_offset * max_rows, starts + n_full * max_rows]
+    piece_len = np.r_[np.full(full_owner.size, max_rows), lengths - n_full * max_rows]
+    piece_owner = np.r_[full_owner, np.arange(starts.size)]
+    keep = piece_len > 0
+    piece_start, piece_len, piece_owner = piece_start[keep], piece_len[keep], piece_owner[keep]
+    sample_of = p_ids[starts]
+    padded = np.minimum(max_rows, np.ceil(2.0 ** (np.ceil(4 * np.log2(piece_len)) / 4)))
+    padded = padded.astype(np.int64)
+    plan = []
+    for length in np.unique(padded):  # loop over length classes (a few dozen at most)
+        members = np.flatnonzero(padded == length)
+        per_chunk = max(1, max_rows // length)
+        steps = np.minimum(np.arange(length)[None, :], piece_len[members, None] - 1)
+        idx_all = piece_start[members, None] + steps
+        for c0 in range(0, members.size, per_chunk):  # loop over chunks
+            sel = slice(c0, c0 + per_chunk)
+            plan.append((sample_of[piece_owner[members[sel]]], idx_all[sel]))
+    return plan
+
+
+def _round_to_lattice(stat: np.ndarray, sizes: np.ndarray, chunk: int) -> None:
+    """Replace each D_ij by the float nearest the exact rational h / lcm(m_i, m_j), in place.
+
+    D_ij is an integer multiple of 1 / lcm(m_i, m_j); the float difference k/m − l/n can be one ulp
+    off it. scipy's ks_2samp snaps its statistic the same way (h = round(d·lcm), d = h / lcm), so
+    this makes the match bit-exact. Skipped where lcm > 2⁴⁰ (there d·lcm would no longer round to
+    h reliably; such pairs are already within a few ulp). Works in row blocks of ``chunk``
+    elements.
+    """
+    n = sizes.size
+    if n == 0:
+        return
+    m = np.maximum(sizes, 1)
+    b_row = max(1, chunk // n)
+    for i0 in range(0, n, b_row):  # loop over row blocks
+        i1 = min(n, i0 + b_row)
+        lcm = np.lcm.outer(m[i0:i1], m).astype(np.float64)
+        ok = lcm <= 2.0**40
+        snapped = np.round(stat[i0:i1] * lcm) / lcm
+        stat[i0:i1] = np.where(ok, snapped, stat[i0:i1])
+
+
+def _block_table(data: _Pooled, j0: int, j1: int) -> tuple[np.ndarray, np.ndarray]:
+    """E.c.d.f.s of samples j0..j1-1 tabulated on their own distinct values.
+
+    Returns (table (G_B + 1, j1 - j0) float64, grid (G_B,)); table[0] = 0 (left of every value),
+    table[g + 1, c] = F_{j0 + c}(grid[g]) computed as count / m exactly as scipy does.
+    """
+    s0, s1 = data.offsets[j0], data.offsets[j1]
+    vals = data.values[s0:s1]
+    grid = np.unique(vals)
+    width = j1 - j0
+    flat = (np.searchsorted(grid, vals) + 1) * width + (data.ids[s0:s1] - j0)
+    counts = np.bincount(flat, minlength=(grid.size + 1) * width).reshape(grid.size + 1, width)
+    np.cumsum(counts, axis=0, out=counts)
+    sizes = data.sizes[j0:j1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table = counts / np.where(sizes == 0, 1, sizes)
+    return table, grid
+
+
+def _ks_grid(data: _Pooled, memory_mb: float, chunk: int) -> np.ndarray:
+    """Every pair on the pooled grid: loop over grid points with a (rows × n) running max."""
+    n = data.sizes.size
+    out = np.zeros((n, n))
+    if data.values.size == 0:
+        return out
+    grid_size = int(np.unique(data.values).size) + 1
+    if grid_size * n * 8 > memory_mb * 2**20:
+        raise MemoryError(
+            f"method='grid' needs a {grid_size} × {n} float64 table"
+            f" ({grid_size * n * 8 / 2**20:.0f} MiB) > memory_mb={memory_mb}; use method='points'."
+        )
+    table, _ = _block_table(data, 0, n)  # (G + 1, n), row g = all F at grid point g
+    b_row = max(1, chunk // n)
+    tmp = np.empty((b_row, n))
+    for i0 in range(0, n, b_row):  # loop over row blocks
+        i1 = min(n, i0 + b_row)
+        acc = out[i0:i1]
+        work = tmp[: i1 - i0]
+        for g in range(table.shape[0]):  # loop over grid points
+            row = table[g]
+            np.subtract(row[i0:i1, None], row[None, :], out=work)
+            np.abs(work, out=work)
+            np.maximum(acc, work, out=acc)
+    return out
+
+
+def _as_sample_list(samples) -> list:
+    if isinstance(samples, np.ndarray) and samples.dtype != object:
+        if samples.ndim != 2:
+            raise ValueError(
+                "samples must be a sequence of 1-D arrays (or a 2-D array, one sample per row);"
+                f" got an array of shape {samples.shape}."
+            )
+        return list(samples)
+    if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence | np.ndarray):
+        raise TypeError(f"samples must be a sequence of 1-D arrays; got {type(samples).__name__}.")
+    return list(samples)
+
+
+def _as_sample(sample, name: str) -> np.ndarray:
+    try:
+        a = np.asarray(sample, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be numeric: {exc}") from None
+    if a.ndim > 1:
+        raise ValueError(f"{name} must be 1-D; got shape {a.shape}.")
+    a = a.ravel()
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} has NaN or infinite values.")
+    return a
+
+
+def _check_positive(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a positive number; got {value!r}.")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive number; got {value!r}.")
