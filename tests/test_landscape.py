@@ -1,0 +1,213 @@
+"""adseg.landscape: exact all-pairs KS statistics against scipy.stats.ks_2samp, properties,
+critical values."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from adseg.landscape import (
+    ecdf,
+    ecdf_values,
+    ks_critical_value,
+    ks_distance_matrix,
+    ks_statistic_matrix,
+    sample_sizes,
+    scale_statistics,
+)
+
+# small budgets force many column blocks, chunks and cut samples, exercising every code path
+SETTINGS = [
+    {"method": "points"},
+    {"method": "points", "memory_mb": 0.001, "chunk_elements": 7},
+    {"method": "points", "memory_mb": 0.05, "chunk_elements": 300},
+    {"method": "grid"},
+    {"method": "grid", "chunk_elements": 5},
+]
+
+
+def scipy_matrix(samples) -> np.ndarray:
+    n = len(samples)
+    out = np.zeros((n, n))
+    with warnings.catch_warnings():
+        # scipy's exact p-value sometimes falls back to asymptotics; only the statistic matters
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for i in range(n):  # reference loop over pairs, test only
+            for j in range(i + 1, n):
+                out[i, j] = out[j, i] = stats.ks_2samp(samples[i], samples[j]).statistic
+    return out
+
+
+def mixed_samples(rng, n=40):
+    """Continuous, tied, heavily quantised, size-1 and repeated-value samples together."""
+    out = []
+    for i in range(n):
+        size = int(rng.choice([1, 1, 2, 3, 5, 17, 60, 200]))
+        x = rng.lognormal(rng.normal(0, 0.5), 0.7, size)
+        kind = i % 4
+        if kind == 1:
+            x = np.round(x, 1)  # ties within and across samples
+        elif kind == 2:
+            x = np.round(x)  # very coarse grid: lots of ties
+        elif kind == 3:
+            x = np.full(size, 1.0)  # all values equal
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("kwargs", SETTINGS)
+def test_exact_against_scipy_mixed(kwargs):
+    rng = np.random.default_rng(0)
+    samples = mixed_samples(rng)
+    d = ks_statistic_matrix(samples, **kwargs)
+    ref = scipy_matrix(samples)
+    np.testing.assert_allclose(d, ref, rtol=0, atol=1e-12)
+    # in fact bit-identical: the same counts, divisions and snapping to h / lcm
+    assert np.array_equal(d, ref)
+
+
+@pytest.mark.parametrize("kwargs", SETTINGS[:3])
+def test_exact_against_scipy_continuous_and_quantised(kwargs):
+    rng = np.random.default_rng(1)
+    continuous = [rng.normal(rng.normal(0, 0.3), 1, int(rng.integers(1, 80))) for _ in range(25)]
+    ticks = [np.round(rng.gamma(2.0, 1.0, int(rng.integers(1, 300))), 2) for _ in range(25)]
+    for samples in (continuous, ticks):
+        np.testing.assert_allclose(
+            ks_statistic_matrix(samples, **kwargs), scipy_matrix(samples), rtol=0, atol=1e-12
+        )
+
+
+def test_tiny_samples():
+    samples = [[1.0], [1.0], [2.0], [0.5, 2.0], [2.0, 2.0, 2.0], [-3.0]]
+    d = ks_statistic_matrix(samples)
+    np.testing.assert_array_equal(d, scipy_matrix(samples))
+    assert d[0, 1] == 0.0 and d[0, 2] == 1.0 and d[0, 3] == 0.5
+
+
+def test_large_coprime_sizes_within_1e12():
+    # sizes above 10,000: scipy takes its asymptotic path and does not snap to h / lcm
+    rng = np.random.default_rng(2)
+    samples = [np.round(rng.normal(0, 1, 10007), 3), np.round(rng.normal(0.02, 1, 9973), 3)]
+    d = ks_statistic_matrix(samples)
+    assert abs(d[0, 1] - stats.ks_2samp(*samples).statistic) < 1e-12
+
+
+def test_distance_matrix_scaling():
+    rng = np.random.default_rng(3)
+    samples = [np.round(rng.exponential(1, int(rng.integers(1, 50))), 1) for _ in range(12)]
+    dist = ks_distance_matrix(samples)
+    m = np.array([len(s) for s in samples], dtype=float)
+    expected = scipy_matrix(samples) * np.sqrt(np.outer(m, m) / np.add.outer(m, m))
+    np.testing.assert_allclose(dist, expected, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(sample_sizes(samples), m.astype(int))
+    assert np.array_equal(scale_statistics(ks_statistic_matrix(samples), m), dist)
+
+
+def test_methods_agree_on_a_larger_quantised_set():
+    rng = np.random.default_rng(4)
+    sizes = np.clip(np.round(np.exp(rng.normal(3, 1.3, 150))), 1, 3000).astype(int)
+    samples = [np.round(rng.lognormal(rng.normal(0.7, 0.4), 0.6, k), 2) for k in sizes]
+    a = ks_statistic_matrix(samples, method="points", chunk_elements=4096)
+    b = ks_statistic_matrix(samples, method="grid")
+    np.testing.assert_array_equal(a, b)
+    # spot-check pairs against scipy (the full loop is the benchmark's job)
+    i, j = rng.integers(0, 150, (2, 60))
+    ref = [stats.ks_2samp(samples[p], samples[q]).statistic for p, q in zip(i, j, strict=True)]
+    np.testing.assert_allclose(a[i, j], ref, rtol=0, atol=1e-12)
+
+
+def test_empty_samples_nan_or_raise():
+    samples = [[1.0, 2.0], [], [1.5]]
+    d = ks_statistic_matrix(samples)
+    assert np.isnan(d[1]).all() and np.isnan(d[:, 1]).all()
+    assert d[0, 2] == stats.ks_2samp([1.0, 2.0], [1.5]).statistic
+    assert np.isnan(ks_distance_matrix(samples)[1]).all()
+    with pytest.raises(ValueError, match=r"samples\[1\] is empty"):
+        ks_statistic_matrix(samples, on_empty="raise")
+    assert ks_statistic_matrix([]).shape == (0, 0)
+    assert ks_statistic_matrix([[], []]).shape == (2, 2)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="NaN"):
+        ks_statistic_matrix([[1.0, np.nan], [1.0]])
+    with pytest.raises(ValueError, match="1-D"):
+        ks_statistic_matrix([np.ones((2, 2)), [1.0]])
+    with pytest.raises(TypeError):
+        ks_statistic_matrix("abc")
+    with pytest.raises(ValueError, match="method"):
+        ks_statistic_matrix([[1.0]], method="fast")
+    with pytest.raises(ValueError, match="memory_mb"):
+        ks_statistic_matrix([[1.0]], memory_mb=0)
+    with pytest.raises(MemoryError):
+        ks_statistic_matrix(
+            [np.arange(1000.0), np.arange(1000.0) + 0.5], method="grid", memory_mb=0.001
+        )
+
+
+def test_two_d_array_input_is_one_sample_per_row():
+    x = np.random.default_rng(5).normal(size=(6, 9))
+    np.testing.assert_array_equal(ks_statistic_matrix(x), scipy_matrix(list(x)))
+
+
+def test_ecdf_helpers():
+    x, f = ecdf([3.0, 1.0, 3.0, 2.0])
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(f, [0.25, 0.5, 1.0])
+    np.testing.assert_array_equal(
+        ecdf_values([3.0, 1.0, 3.0, 2.0], [0.0, 1.0, 2.5, 9.0]), [0.0, 0.25, 0.5, 1.0]
+    )
+    assert np.isnan(ecdf_values([], [1.0])).all()
+    assert ecdf([])[0].size == 0
+
+
+def test_critical_values():
+    assert ks_critical_value(0.01) == pytest.approx(1.628, abs=1e-3)
+    assert ks_critical_value(0.05) == pytest.approx(1.358, abs=1e-3)
+    assert ks_critical_value(0.1) == pytest.approx(1.224, abs=1e-3)
+    alphas = np.linspace(0.001, 0.999, 200)
+    values = [ks_critical_value(a) for a in alphas]
+    assert np.all(np.diff(values) < 0)
+    # Pr(K > C_α) = α under the Kolmogorov distribution
+    assert stats.kstwobign.sf(ks_critical_value(0.05)) == pytest.approx(0.05)
+    for bad in (0, 1, -0.1, 1.5):
+        with pytest.raises(ValueError, match="alpha"):
+            ks_critical_value(bad)
+    with pytest.raises(TypeError):
+        ks_critical_value("0.05")
+
+
+# -------- properties ---------------------------------------------------------------------------
+
+ticks = st.integers(min_value=-20, max_value=20).map(lambda k: k / 4)
+sample_lists = st.lists(st.lists(ticks, min_size=1, max_size=25), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples=sample_lists, seed=st.integers(0, 2**16))
+def test_properties(samples, seed):
+    d = ks_statistic_matrix(samples, chunk_elements=16)
+    n = len(samples)
+    assert d.shape == (n, n)
+    assert np.array_equal(d, d.T)
+    assert np.all(np.diag(d) == 0)
+    assert np.all((d >= 0) & (d <= 1))
+    rng = np.random.default_rng(seed)
+    # order within a sample does not matter; permuting the samples permutes the matrix
+    shuffled = [rng.permutation(s) for s in samples]
+    perm = rng.permutation(n)
+    d2 = ks_statistic_matrix([shuffled[p] for p in perm])
+    assert np.array_equal(d2, d[np.ix_(perm, perm)])
+    # identical samples are at distance 0
+    assert ks_statistic_matrix([samples[0], list(reversed(samples[0]))])[0, 1] == 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(samples=sample_lists)
+def test_property_matches_scipy(samples):
+    assert np.array_equal(ks_statistic_matrix(samples), scipy_matrix(samples))
