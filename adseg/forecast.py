@@ -836,6 +836,8 @@ class ForecastResult:
         c.d.f. errors of the training-window split behind each κ.
     supply : advertiser_id, alpha, level, mean, n_days of the supply forecast (None if unused).
     timings : seconds per stage.
+    parameters : the evaluation's settings (supply, methods, kappa, supply_model, supply_engine,
+        spend_price, cdf_grid_size, random_state), for the run record.
     """
 
     forecasts: pd.DataFrame
@@ -845,6 +847,7 @@ class ForecastResult:
     kappa: pd.DataFrame
     supply: pd.DataFrame | None
     timings: dict[str, float]
+    parameters: dict = field(default_factory=dict)
 
 
 def segment_sizes(
@@ -1013,6 +1016,8 @@ def evaluate_sources(
         ids,
         need=("bid_requests", "bid_ecpm", "impressions", "spend"),
     )
+    if len(ev) == 0:
+        raise ValueError("eval_delivery has no rows: nothing to forecast or score.")
     sources: dict[str, np.ndarray] = dict(segmentations)
     if not sources and not add_references:
         raise ValueError("segmentations is empty.")
@@ -1154,6 +1159,16 @@ def evaluate_sources(
         ),
         supply=supply_frame,
         timings=timings,
+        parameters={
+            "supply": supply,
+            "methods": list(methods),
+            "kappa": kappa if kappa == "cv" else float(kappa),
+            "supply_model": supply_model,
+            "supply_engine": supply_engine,
+            "spend_price": spend_price,
+            "cdf_grid_size": int(cdf_grid_size),
+            "random_state": random_state,
+        },
     )
 
 

@@ -479,6 +479,7 @@ def test_evaluate_sources_frames_and_determinism():
     assert (res.segment_sizes.groupby("source")["n_advertisers"].sum() == 150).all()
     assert set(res.kappa["source"]) == {"truth", "random", "own", "global"}
     assert res.supply is not None and len(res.supply) == 150
+    assert res.parameters["supply"] == "both" and res.parameters["random_state"] == 3
     again = evaluate_sources(*args, supply="both", random_state=3)
     pd.testing.assert_frame_equal(res.mape, again.mape)
     seg_rows = res.mape[res.mape.method == "segment"]
@@ -536,6 +537,8 @@ def test_bad_inputs_get_clear_errors():
         evaluate_sources(m["win"], m["cost"], segs, None, m["eval"], m["ids"], supply="forecast")
     with pytest.raises(ValueError, match="supply"):
         evaluate_sources(*ok, supply="guess")
+    with pytest.raises(ValueError, match="no rows"):
+        evaluate_sources(*ok[:4], m["eval"].iloc[:0], m["ids"])
     with pytest.raises(ValueError, match="non-finite"):
         evaluate_sources([np.array([np.nan])] + m["win"][1:], *ok[1:])
 
