@@ -149,7 +149,8 @@ class ReportData:
         impressions_forecast, impressions_actual, spend_forecast, spend_actual).
     advertiser_names : advertiser_id → name (advertiser-supplied text: escaped on output).
     primary_source : the source whose c.d.f.s and scatter plots the HTML shows; default: the run
-        parameter "fuser" if scored, else the first non-reference source of ``mape``.
+        parameter "primary_fuser" (or "fuser") if scored, else the first non-reference source of
+        ``mape``.
     """
 
     run: Mapping[str, Any]
@@ -183,9 +184,10 @@ class ReportData:
         sources = list(dict.fromkeys(self.mape["source"])) if len(self.mape) else []
         if self.primary_source is not None:
             return self.primary_source
-        fuser = (self.run.get("parameters") or {}).get("fuser")
-        if fuser in sources:
-            return fuser
+        params = self.run.get("parameters") or {}
+        for key in ("primary_fuser", "fuser"):
+            if params.get(key) in sources:
+                return params[key]
         named = [s for s in sources if s not in REFERENCE_SOURCES]
         return (named or sources or [None])[0]
 

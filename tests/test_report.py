@@ -223,5 +223,28 @@ def test_render_dispatch_and_unknown_format(data):
 
 def test_primary_source_defaults_to_the_fuser_then_first_named(data):
     assert data.resolved_primary_source() == "rcc"
+    d = ReportData(run={"parameters": {"primary_fuser": "text"}}, mape=data.mape)
+    assert d.resolved_primary_source() == "text"
     d = ReportData(run={"parameters": {}}, mape=data.mape[data.mape.source != "rcc"])
     assert d.resolved_primary_source() == "text"
+
+
+def test_pipeline_style_metadata_dates_and_nested_timings(data):
+    import datetime as dt
+
+    run = {
+        "run_id": 3,
+        "status": "completed",
+        "windows": {"train_start": dt.date(2026, 3, 2), "eval_end": dt.date(2026, 3, 15)},
+        "parameters": {"primary_fuser": "rcc", "methods": ("segment", "blended")},
+        "seed": 0,
+        "code_version": "0.1.0",
+        "timings": {"pull": 0.1, "fusers": {"rcc": 0.5, "l2": 0.25}, "notes": {"x": [1, 2]}},
+    }
+    d = ReportData(run=run, mape=data.mape, forecasts=data.forecasts)
+    doc = json.loads(render_json(d))
+    assert doc["windows"] == {"train_start": "2026-03-02", "eval_end": "2026-03-15"}
+    assert doc["timings"]["fusers"] == {"rcc": 0.5, "l2": 0.25}
+    assert doc["parameters"]["methods"] == ["segment", "blended"]
+    page = render_html(d)
+    assert "2026-03-02" in page and "rcc" in page
