@@ -194,6 +194,8 @@ class SampleSet:
         groups = groups.astype(np.int64)
         if n_groups is None:
             n_groups = int(groups.max()) + 1 if groups.size else 0
+        if groups.size and (groups.min() < MISSING or groups.max() >= n_groups):
+            raise ValueError(f"groups must be in -1..{n_groups - 1}.")
         # the samples are already in value order: a stable sort by group alone finishes the job,
         # and numpy's stable sort of ≤16-bit integers is a radix sort, O(N)
         g = groups[self.owner[self.by_value]]
