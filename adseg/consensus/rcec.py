@@ -122,6 +122,8 @@ def _eigh(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     LAPACK's tridiagonalisation is a chain of small synchronised BLAS-2 calls; with several
     threads on a busy machine it ran 10× slower (10 s instead of 0.8 s for K = 1127 at load 11 on
     2 cores), while one thread loses little even when the machine is idle."""
+    if G.shape[0] < 256:  # too small to thread; skip threadpoolctl's ~1 ms bookkeeping
+        return np.linalg.eigh(G)
     with threadpool_limits(limits=1, user_api="blas"):
         return np.linalg.eigh(G)
 
@@ -170,8 +172,11 @@ def objective(
     ``mu``: the eigenvalues of ZᵀZ when already known (the multiplicative loop reuses them)."""
     if mu is None:
         G = Z @ Z.T if Z.shape[1] > Z.shape[0] else Z.T @ Z
-        with threadpool_limits(limits=1, user_api="blas"):
+        if G.shape[0] < 256:
             mu = np.maximum(np.linalg.eigvalsh(G), 0.0)
+        else:
+            with threadpool_limits(limits=1, user_api="blas"):
+                mu = np.maximum(np.linalg.eigvalsh(G), 0.0)
     fit = float(np.sum((Lt - Z) ** 2))
     return (
         fit
@@ -272,6 +277,7 @@ def solve_fista(
     t_k = 1.0
     history = [objective(X, Lt, lam, beta, gamma)]
     converged = False
+    restarted = False
     for _ in range(max_iter):
         mu, V, full = _spectrum(Y, gamma)
         H = _inv_sqrt(mu, V, full, K, gamma)
@@ -279,10 +285,16 @@ def solve_fista(
         X_new = prox(step)
         F_new = objective(X_new, Lt, lam, beta, gamma)
         if F_new > history[-1]:
+            if restarted:
+                # a plain proximal step (which cannot increase F) did: F is at rounding level
+                converged = True
+                break
             # momentum overshoot: restart from the last iterate with a plain proximal step
             t_k = 1.0
             Y = X
+            restarted = True
             continue
+        restarted = False
         t_next = (1.0 + np.sqrt(1.0 + 4.0 * t_k**2)) / 2.0
         Y = X_new + ((t_k - 1.0) / t_next) * (X_new - X)
         t_k = t_next
@@ -525,12 +537,15 @@ class RCEC(BaseFuser):
         X_rows = Z / sw[:, None]
         self.X_unique_ = X_rows
         self.item_rows_ = item_rows
-        emb, n_zero = ncut_embedding(X_rows, w, c)
-        if n_zero:
+        emb, _ = ncut_embedding(X_rows, w, c)
+        # items in no clustering, or whose every input cluster was removed, have a zero row in
+        # X* (the multiplicative update only approaches it): give them a zero embedding row
+        orphan = (L[first] @ (~self.suppressed_mask_).astype(np.float64)) == 0
+        if orphan.any():
+            emb[orphan] = 0.0
             warnings.warn(
-                f"{n_zero} distinct item rows have no weight left in X (all their input "
-                "clusters were removed, or they are in no clustering); they land in arbitrary "
-                "segments.",
+                f"{int(w[orphan].sum())} items have no input cluster left (they are in no "
+                "clustering, or all their input clusters were removed); they share one segment.",
                 RuntimeWarning,
                 stacklevel=3,
             )
