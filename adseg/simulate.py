@@ -488,13 +488,13 @@ def _text(
     words = np.where(kind == 1, word_q, np.where(kind == 2, word_g, word_v))
     words = np.where(np.arange(max_len)[None, :] < length[:, None], words, "")
 
-    # Punctuation: a comma after word 3 and 7 (when present), a full stop at the end.
+    # Punctuation: a comma after the 4th and the 8th word (when present), a full stop at the end.
     desc = pd.Series(names.to_numpy(), dtype=object) + ":"
     for j in range(max_len):  # loop over word positions (columns)
         col = pd.Series(words[:, j], dtype=object)
         sep = ", " if j in (4, 8) else " "
         present = col != ""
-        desc = desc.where(~present, desc + np.where(j == 0, " ", sep) + col)
+        desc = desc.where(~present, desc + (" " if j == 0 else sep) + col)
     slogan = rng.random(n) < 0.1
     slogan_word = gt[0, rng.integers(0, gsz[0], n)]
     desc = desc.where(~slogan, desc + ' — "' + pd.Series(slogan_word, dtype=object) + '" since 19')
