@@ -146,6 +146,13 @@ ABLATIONS = {  # Table 4 variants; faithful to the paper: components returned as
 }
 
 
+ABLATION_LAMS = (1e-2, 1.0)
+
+
+def _abl_name(variant: str, lam: float) -> str:
+    return variant if lam == 1e-2 else f"{variant} (λ={lam:g})"
+
+
 class _Recorder:
     """Factories that keep the fitted TRCE objects, to report which path produced the labels."""
 
@@ -161,7 +168,17 @@ class _Recorder:
         return make
 
 
-def run_dataset(paper_name: str, n_rep: int | None, seed: int, ablation: bool) -> pd.DataFrame:
+METHODS = ("trce", "trce (γ quantile)", "rcc", "l2")
+
+
+def run_dataset(
+    paper_name: str,
+    n_rep: int | None,
+    seed: int,
+    ablation: bool,
+    methods=METHODS,
+    lam_grid=(),
+) -> pd.DataFrame:
     name, kind = DATASETS[paper_name]
     reps = n_rep if n_rep is not None else (5 if kind == "pool" else 10)
     if kind == "pool":
@@ -170,8 +187,9 @@ def run_dataset(paper_name: str, n_rep: int | None, seed: int, ablation: bool) -
     c = int(np.unique(ensembles[0].y).size)
     rec, rec_q = _Recorder(), _Recorder()
     fusers = {"trce": rec.factory(), "trce (γ quantile)": rec_q.factory(gamma_init="quantile")}
+    fusers = {k: v for k, v in fusers.items() if k in methods}
     for other in ("rcc", "l2"):
-        if other in FUSERS:
+        if other in FUSERS and other in methods:
             fusers[other] = lambda k, s, other=other: FUSERS[other](n_clusters=k, random_state=s)
     frames = []
     with warnings.catch_warnings():
@@ -183,9 +201,24 @@ def run_dataset(paper_name: str, n_rep: int | None, seed: int, ablation: bool) -
         idx = frame.index[frame["method"] == method]
         frame.loc[idx, "path"] = [f.labels_path_ for f in fitted][: len(idx)]
     frames.append(frame.assign(table="main"))
+    if lam_grid:
+        lam_fusers = {
+            f"trce λ={lam:g}": (lambda k, sd, lam=lam: FUSERS["trce"](k, lam=lam, random_state=sd))
+            for lam in lam_grid
+        }
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lf = evaluate(ensembles, lam_fusers, c)
+        frames.append(lf[lf["method"] != "base (mean)"].assign(table="lambda"))
     if ablation and paper_name == "Lung":
-        recs = {k: _Recorder() for k in ABLATIONS}
-        abl = {k: recs[k].factory(on_mismatch="return", **v) for k, v in ABLATIONS.items()}
+        # λ = 1e-2 (the paper's setting) and λ = 1, where the B-step weighs more in the A-step.
+        variants = {
+            _abl_name(k, lam): dict(v, lam=lam)
+            for lam in ABLATION_LAMS
+            for k, v in ABLATIONS.items()
+        }
+        recs = {k: _Recorder() for k in variants}
+        abl = {k: recs[k].factory(on_mismatch="return", **v) for k, v in variants.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             af = evaluate(ensembles, abl, c)
@@ -259,6 +292,29 @@ def render(rows: pd.DataFrame, notes: list[str]) -> str:
                 f" | {runs.get((d, m), 0)} | {m} | {secs:.2f} | {ptxt} |"
             )
     lines.append("")
+    lam = rows[rows["table"] == "lambda"]
+    if not lam.empty:
+        lm = lam.groupby(["method", "dataset"])[["acc", "nmi"]].mean()
+        lsets = [d for d in DATASETS if d in set(lam["dataset"])]
+        lnames = sorted(set(lam["method"]), key=lambda s: float(s.split("=")[1]))
+        lines += ["### trce over λ (mean ACC / NMI; the paper picks λ per data set)", ""]
+        lines.append("| λ | " + " | ".join(lsets) + " |")
+        lines.append("|---|" + "---|" * len(lsets))
+        for name in lnames:
+            cells = []
+            for d in lsets:
+                if (name, d) in lm.index:
+                    a, b = lm.loc[(name, d)]
+                    cells.append(f"{a:.4f} / {b:.4f}")
+                else:
+                    cells.append("—")
+            lines.append(f"| {name.split('=')[1]} | " + " | ".join(cells) + " |")
+        best = []
+        for d in lsets:
+            sub = lm.xs(d, level="dataset")
+            best.append(f"{sub['acc'].max():.4f} / {sub['nmi'].max():.4f}")
+        lines.append("| best (oracle) | " + " | ".join(best) + " |")
+        lines.append("")
     abl = rows[rows["table"] == "ablation"]
     if not abl.empty:
         am = abl.groupby("method")[["acc", "nmi"]].mean()
@@ -271,14 +327,16 @@ def render(rows: pd.DataFrame, notes: list[str]) -> str:
                 + " | ".join(f"{PAPER_ABLATION[metric][k]:.4f}" for k in ABLATIONS)
                 + " |"
             )
-            lines.append(
-                f"| {metric.upper()} (ours) | "
-                + " | ".join(f"{am[metric].get(k, float('nan')):.4f}" for k in ABLATIONS)
-                + " |"
-            )
+            for lam in ABLATION_LAMS:
+                vals = [am[metric].get(_abl_name(k, lam), float("nan")) for k in ABLATIONS]
+                lines.append(
+                    f"| {metric.upper()} (ours, λ={lam:g}) | "
+                    + " | ".join(f"{v:.4f}" for v in vals)
+                    + " |"
+                )
         comp = abl.groupby("method")["path"].agg(lambda s: s.value_counts().to_dict())
         lines.append("")
-        lines.append("Label paths: " + "; ".join(f"{k}: {comp.get(k)}" for k in ABLATIONS))
+        lines.append("Label paths: " + "; ".join(f"{k}: {v}" for k, v in comp.items()))
         lines.append("")
     return "\n".join(lines + notes)
 
@@ -291,6 +349,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ensembles-only", action="store_true", help="only build the cache")
     parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument(
+        "--lambda-grid",
+        nargs="*",
+        type=float,
+        default=[],
+        help="also run trce at these λ (the paper tunes λ per data set), e.g. 1e-3 1e-2 0.1 1 10",
+    )
+    parser.add_argument(
+        "--methods", nargs="*", default=list(METHODS), help=f"subset of {list(METHODS)}"
+    )
     parser.add_argument("--output", default="trce_paper", help="results file stem")
     args = parser.parse_args(argv)
     names = args.datasets or (QUICK_SETS if args.quick else list(DATASETS))
@@ -309,7 +377,9 @@ def main(argv=None) -> int:
     for d in names:
         t0 = time.perf_counter()
         with threadpool_limits(limits=1):  # shared 2-core machine: BLAS threads only contend
-            frame = run_dataset(d, reps, args.seed, not args.no_ablation)
+            frame = run_dataset(
+                d, reps, args.seed, not args.no_ablation, args.methods, args.lambda_grid
+            )
         frame["n"] = len(load_dataset(DATASETS[d][0]).y)
         frames.append(frame)
         print(f"{d}: {time.perf_counter() - t0:.0f} s", flush=True)
@@ -323,19 +393,24 @@ def main(argv=None) -> int:
     new["machine"] = _machine()
     if csv.exists():
         old = pd.read_csv(csv)
-        old = old[~old["dataset"].isin(names)]
-        new = pd.concat([old, new], ignore_index=True)
+        # a row is one (data set, table, method, ensemble); the newest run wins
+        key = ["dataset", "table", "method", "repetition"]
+        new = pd.concat([old, new], ignore_index=True).drop_duplicates(key, keep="last")
     new.to_csv(csv, index=False)
     notes_path = RESULTS / f"{args.output}_notes.md"
     notes = [notes_path.read_text()] if notes_path.exists() else []
-    runs = new.drop_duplicates("dataset")[["dataset", "date", "command", "machine"]]
+    runs = (
+        new.groupby(["command", "date", "machine"], sort=False)["dataset"]
+        .agg(lambda s: ", ".join(dict.fromkeys(s)))
+        .reset_index()
+    )
     header = [
         "# TRCE (seed 000) on the paper's protocol",
         "",
         "Generated by benchmarks/trce_paper.py from results/" + csv.name + ". Runs:",
         "",
     ]
-    header += [f"* {r.dataset}: {r.date}, `{r.command}` ({r.machine})" for r in runs.itertuples()]
+    header += [f"* {r.date}: `{r.command}` → {r.dataset} ({r.machine})" for r in runs.itertuples()]
     header.append("")
     (RESULTS / f"{args.output}.md").write_text("\n".join(header) + "\n" + render(new, notes) + "\n")
     return 0
