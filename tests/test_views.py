@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from threadpoolctl import threadpool_limits
 
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import ari, pair_consistency
@@ -22,6 +23,15 @@ from adseg.views import (
     text_view,
     view_consistency,
 )
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """Multi-threaded BLAS spin-waits badly on a loaded 2-core machine (10-30x slower eigh);
+    the tests' matrices are small, one thread is fastest."""
+    with threadpool_limits(limits=1):
+        yield
+
 
 SMALL = Path(__file__).resolve().parents[1] / "sample_campaigns" / "small"
 
