@@ -29,11 +29,12 @@ whose e.c.d.f.s are tabulated only on the block's own distinct values, so a huge
 has to be held. The "grid" method (every pair on the pooled grid, blocked over rows) is kept as a
 cross-check and for benchmarks.
 
-Memory. Besides the n×n float64 result (and one n×n temporary when symmetrising), the "points"
-method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G, samples
-in the block), kept ≤ ``memory_mb`` / 2 by the choice of b_col (b_col ≤ chunk_elements / 64 as
-well), the O(P) point arrays (P = Σ_i |U_i|), and one working chunk of about ``chunk_elements``
-float64 (default 2¹⁸ = 2 MiB, sized for the L2 cache). Never an n × n × G array.
+Memory. Besides the n×n float64 result (symmetrised in place, by blocks), the "points"
+method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G,
+samples in the block), plus its int64 counts of the same size: together ≤ ``memory_mb`` by the
+choice of b_col (also b_col ≤ chunk_elements / 64); the O(P) point arrays (P = Σ_i |U_i|); and one
+working chunk of about ``chunk_elements`` float64 (default 2¹⁸ = 2 MiB, sized for the L2 cache).
+Never an n × n × G array.
 
 Speed. Per column block, each sample's points are cut into pieces, padded to a few length classes
 (≤ 19% padding, by repeating the last point) and batched as (pieces, length, b_col) arrays, so the
@@ -173,27 +174,24 @@ def ks_statistic_matrix(
 def ks_distance_matrix(samples: Sequence, **kwargs) -> np.ndarray:
     """Scaled KS distances dist_ij = sqrt(m_i m_j / (m_i + m_j)) · D_ij (paper Eq. 41), (n, n)
     float64, symmetric, zero diagonal; NaN rows/columns for empty samples. Keyword arguments go to
-    ``ks_statistic_matrix``. Compare with ``ks_critical_value(alpha)``. Holds one n×n temporary
-    besides the result.
+    ``ks_statistic_matrix``; the scaling is done in place (no n×n temporary). Compare with
+    ``ks_critical_value(alpha)``.
     """
     samples = _as_sample_list(samples)
     d = ks_statistic_matrix(samples, **kwargs)
-    return scale_statistics(d, sample_sizes(samples))
+    _scale_inplace(d, sample_sizes(samples), kwargs.get("chunk_elements", _DEFAULT_CHUNK))
+    return d
 
 
 def scale_statistics(statistics: np.ndarray, sizes) -> np.ndarray:
     """sqrt(m_i m_j / (m_i + m_j)) · D_ij for an (n, n) statistic matrix and sample sizes (n,).
     Pairs involving an empty sample become NaN. Returns a new (n, n) float64 array."""
-    d = np.asarray(statistics, dtype=np.float64)
-    m = np.asarray(sizes, dtype=np.float64)
+    d = np.array(statistics, dtype=np.float64)
+    m = np.asarray(sizes)
     if d.ndim != 2 or d.shape != (m.size, m.size):
         raise ValueError(f"statistics must be ({m.size}, {m.size}); got shape {d.shape}.")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        scale = np.sqrt(np.multiply.outer(m, m) / np.add.outer(m, m))
-    scale[m == 0, :] = np.nan
-    scale[:, m == 0] = np.nan
-    scale *= d
-    return scale
+    _scale_inplace(d, m, _DEFAULT_CHUNK)
+    return d
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,9 +255,22 @@ def _ks_points(data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64) 
             # a long sample is cut into pieces that land in different chunks: keep the max
             np.maximum(directed[owners, j0:j1], part, out=part)
             directed[owners, j0:j1] = part
-    out = np.maximum(directed, directed.T)
-    np.fill_diagonal(out, 0.0)
-    return out
+    _symmetric_max_inplace(directed, chunk)
+    np.fill_diagonal(directed, 0.0)
+    return directed
+
+
+def _symmetric_max_inplace(a: np.ndarray, chunk: int) -> None:
+    """a ← max(a, aᵀ) in place, by square blocks of about ``chunk`` elements (no n×n copy)."""
+    n = a.shape[0]
+    b = max(1, int(np.sqrt(chunk)))
+    for i0 in range(0, n, b):  # loop over block rows
+        i1 = min(n, i0 + b)
+        for j0 in range(i0, n, b):  # loop over blocks right of the diagonal
+            j1 = min(n, j0 + b)
+            m = np.maximum(a[i0:i1, j0:j1], a[j0:j1, i0:i1].T)
+            a[i0:i1, j0:j1] = m
+            a[j0:j1, i0:i1] = m.T
 
 
 def _segment_plan(p_ids: np.ndarray, max_rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -294,6 +305,20 @@ def _segment_plan(p_ids: np.ndarray, max_rows: int) -> list[tuple[np.ndarray, np
             sel = slice(c0, c0 + per_chunk)
             plan.append((sample_of[piece_owner[members[sel]]], idx_all[sel]))
     return plan
+
+
+def _scale_inplace(d: np.ndarray, sizes, chunk: int) -> None:
+    """d_ij *= sqrt(m_i m_j / (m_i + m_j)) in place, by row blocks; NaN where m_i or m_j is 0."""
+    m = np.asarray(sizes, dtype=np.float64)
+    n = m.size
+    b_row = max(1, int(chunk) // max(n, 1))
+    for i0 in range(0, n, b_row):  # loop over row blocks
+        i1 = min(n, i0 + b_row)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale = np.sqrt(np.multiply.outer(m[i0:i1], m) / np.add.outer(m[i0:i1], m))
+        scale[m[i0:i1] == 0, :] = np.nan
+        scale[:, m == 0] = np.nan
+        d[i0:i1] *= scale
 
 
 def _round_to_lattice(stat: np.ndarray, sizes: np.ndarray, chunk: int) -> None:
