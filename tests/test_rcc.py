@@ -203,6 +203,7 @@ def test_input_validation(cls, labels, n_clusters, err, match):
     [
         ({"rho": 1.0}, "rho"),
         ({"mu": -1.0}, "mu"),
+        ({"mu": "big"}, "mu"),
         ({"max_iter": 0}, "max_iter"),
         ({"tol": 0.0}, "tol"),
         ({"eigen_solver": "magic"}, "eigen_solver"),
