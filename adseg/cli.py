@@ -309,6 +309,7 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 @app.command("nightly")
@@ -428,6 +429,121 @@ def _pct(x) -> str:
         return f"{100 * float(x):.2f}%"
     except (TypeError, ValueError):
         return "n/a"
+
+
+@app.command("views")
+@handle_errors
+def views_command(
+    train_start: DateOpt = None,
+    train_end: DateOpt = None,
+    eval_start: DateOpt = None,
+    eval_end: DateOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random step.")] = 0,
+    min_samples: Annotated[
+        int, typer.Option(help="Fewer samples than this: left out of a KS view (label -1).")
+    ] = 5,
+    database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
+) -> None:
+    """Build the base clusterings of every view for a window (a run of kind 'views') and print
+    the paper's Table 4 (clusters per view and α) and Table 5 (win-rate/eCPM consistency)."""
+    from adseg.pipeline import NightlyConfig, run_views
+    from adseg.store.results import RunLockedError
+    from adseg.views import clusters_per_view, view_consistency
+
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    windows = _windows(engine, train_start, train_end, eval_start, eval_end)
+    config = NightlyConfig(seed=seed, min_samples=min_samples)
+    progress = None if quiet else (lambda stage: err.print(f"[dim]… {stage}[/dim]"))
+    try:
+        run_id, views = run_views(engine, windows, config, progress)
+    except RunLockedError as exc:
+        _fail(str(exc), EXIT_LOCKED)
+    if quiet:
+        return
+    out.print(
+        f"run {run_id}: base clusterings of {views.labels.shape[0]:,} advertisers, "
+        f"training window {windows.train_start}..{windows.train_end}"
+    )
+    _print_frame(
+        views.columns[["view", "parameter", "n_clusters", "n_excluded"]], "base clusterings"
+    )
+    _print_frame(clusters_per_view(views), "Table 4: clusters per view and α")
+    _print_frame(view_consistency(views), "Table 5: win-rate vs eCPM consistency")
+
+
+def _print_frame(frame, title: str) -> None:
+    table = Table(title=title)
+    for col in frame.columns:
+        table.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(*[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row])
+    out.print(table)
+
+
+@app.command("segment")
+@handle_errors
+def segment_command(
+    run: Annotated[int, typer.Option("--run", help="Run whose base clusterings to fuse.")],
+    fuser: Annotated[
+        list[str] | None, typer.Option("--fuser", help="Fuser(s) (repeatable; default all).")
+    ] = None,
+    segments: Annotated[int | None, typer.Option(help="Number of segments.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
+) -> None:
+    """Fuse a run's base clusterings (again) and store the segments of each fuser."""
+    from adseg.pipeline import NightlyConfig, run_segment
+    from adseg.store.results import RunLockedError, RunNotFoundError
+
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    names = tuple(fuser) if fuser else None
+    config = NightlyConfig(
+        fusers=names, primary_fuser=(names or ("rcc",))[0], n_segments=segments, seed=seed
+    )
+    config.fuser_names()
+    try:
+        done = run_segment(engine, run, config)
+    except RunLockedError as exc:
+        _fail(str(exc), EXIT_LOCKED)
+    except RunNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    if not quiet:
+        for name, labels in done["segments"].items():
+            out.print(f"{name}: {len(set(labels.tolist()))} segments", markup=False)
+        for name, error in done["errors"].items():
+            err.print(f"warning: {name} failed: {error}", markup=False)
+
+
+@app.command("forecast")
+@handle_errors
+def forecast_command(
+    run: Annotated[int, typer.Option("--run", help="Run whose segments to forecast with.")],
+    supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
+) -> None:
+    """Regenerate segment c.d.f.s, forecast the run's evaluation window and score every source."""
+    from adseg.pipeline import NightlyConfig, run_forecast
+    from adseg.store.results import RunLockedError, RunNotFoundError
+
+    if supply not in ("actual", "forecast", "both"):
+        raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    try:
+        result = run_forecast(engine, run, NightlyConfig(seed=seed, supply=supply))
+    except RunLockedError as exc:
+        _fail(str(exc), EXIT_LOCKED)
+    except RunNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    if not quiet:
+        cols = ["source", "supply_mode", "method", "impressions_mape", "spend_mape", "n_segments"]
+        _print_frame(result.mape[cols], f"MAPE, run {run}")
 
 
 @app.command("report")

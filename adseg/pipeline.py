@@ -242,7 +242,7 @@ def single_view_segmentations(
         if view == "text":
             j = int(cols.iloc[(cols["n_clusters"] - n_segments).abs().argsort().iloc[0]].name)
         else:
-            match = cols[cols["parameter"].astype(str).str.contains(f"{alpha:g}")]
+            match = cols[cols["parameter"].astype(str) == f"alpha={alpha:g}"]
             j = int((match if not match.empty else cols).index[0])
         out[source] = labels[:, j]
     return out
@@ -370,10 +370,10 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         truth_ari = {
             s: round(ari(truth, seg), 4) for s, seg in segmentations.items() if s != "truth"
         }
+    timings["total"] = round(sum(timings.values()), 3)
     timings["fusers"] = fuser_seconds
-    timings["total"] = round(sum(v for v in timings.values() if isinstance(v, float)), 3)
-    extra = {"n_segments": n_segments, "fuser_errors": fuser_errors, "truth_ari": truth_ari}
-    store.complete_run(engine, run_id, timings | {"notes": extra})
+    resolved = {"n_segments": n_segments, "fuser_errors": fuser_errors, "truth_ari": truth_ari}
+    store.complete_run(engine, run_id, timings, resolved)
     return NightlyResult(
         run_id,
         result,
@@ -382,4 +382,158 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         clusters_per_view(views),
         view_consistency(views),
         truth_ari,
+    )
+
+
+# --- single stages on an existing run (the CLI's views / segment / forecast) ------------------
+
+
+def run_views(
+    engine: Engine, windows: Windows, config: NightlyConfig, progress: Progress | None = None
+):
+    """Pull + views as a run of kind 'views' (under the nightly lock); returns (run_id, views)."""
+    windows.validate()
+    holder = store.acquire_lock(engine, "nightly")
+    run_id, timings = None, {}
+    try:
+        params = {k: v for k, v in asdict(config).items() if k != "extra"}
+        run_id = store.create_run(
+            engine,
+            "views",
+            parameters=params,
+            seed=config.seed,
+            windows=windows.as_columns(),
+            code_version=__version__,
+        )
+        with _timed(timings, "pull", progress):
+            data = pull(engine, windows)
+        with _timed(timings, "views", progress):
+            views = build_views(data, config)
+            store.write_base_clusterings(
+                engine, run_id, data.advertiser_ids, views.labels, views.columns
+            )
+        store.complete_run(engine, run_id, timings)
+        return run_id, views
+    except BaseException as exc:
+        if run_id is not None:
+            store.fail_run(engine, run_id, f"{type(exc).__name__}: {exc}", timings)
+        raise
+    finally:
+        store.release_lock(engine, "nightly", holder)
+
+
+def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
+    """Run ``work()`` (which writes its own results in one transaction) on an existing completed
+    run under the nightly lock, recording the stage's time in the run row."""
+    run = store.get_run(engine, run_id)
+    if run["status"] != "completed":
+        raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
+    holder = store.acquire_lock(engine, "nightly")
+    try:
+        t0 = time.perf_counter()
+        out = work(run)
+        timings = dict(run["timings"])
+        timings[stage] = round(time.perf_counter() - t0, 3)
+        store.set_timings(engine, run_id, timings)
+        return out
+    finally:
+        store.release_lock(engine, "nightly", holder)
+
+
+def run_segment(
+    engine: Engine, run_id: int, config: NightlyConfig, progress: Progress | None = None
+) -> dict[str, np.ndarray]:
+    """Fuse a run's stored base clusterings again (replacing those sources' segments)."""
+
+    def work(run):
+        ids, labels, columns = store.read_base_clusterings(engine, run_id)
+        k = choose_n_segments(columns, labels, config.n_segments)
+        fused, _, errors = fuse(
+            labels, config.fuser_names(), k, config.seed, config.primary_fuser, progress
+        )
+        store.write_segments(engine, run_id, ids, fused)
+        return {"segments": fused, "n_segments": k, "errors": errors}
+
+    return _stage_on_run(engine, run_id, "segment", work)
+
+
+def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
+    """Regenerate, forecast and score every stored segmentation of a run (replacing results)."""
+
+    def work(run):
+        w = run["windows"]
+        if None in w["eval"]:
+            raise ValueError(f"run {run_id} has no evaluation window.")
+        windows = Windows(*(dt.date.fromisoformat(d) for d in (*w["train"], *w["eval"])))
+        data = pull(engine, windows)
+        stored = store.read_segments(engine, run_id)
+        if not stored:
+            raise ValueError(
+                f"run {run_id} has no segments yet (run `adseg segment --run {run_id}`)."
+            )
+        segmentations = {
+            src: seg.reindex(data.advertiser_ids).fillna(-1).to_numpy(dtype=np.int64)
+            for src, seg in stored.items()
+        }
+        result = forecast(data, segmentations, config)
+        store.write_forecast_results(engine, run_id, result)
+        return result
+
+    return _stage_on_run(engine, run_id, "forecast", work)
+
+
+# --- reports -------------------------------------------------------------------------------
+
+
+def load_report_data(engine: Engine, run_id: int):
+    """Everything a report of run ``run_id`` shows, read back from the store. Only completed runs
+    are reported (a running or failed run has no visible results)."""
+    from adseg.report import ReportData
+    from adseg.views import BaseClusterings, clusters_per_view, view_consistency
+
+    run = store.get_run(engine, run_id)
+    if run["status"] != "completed":
+        raise store.RunNotFoundError(
+            f"run {run_id} is {run['status']}"
+            + (f" ({run['error']})" if run.get("error") else "")
+            + "; only completed runs have a report."
+        )
+    saved = store.read_forecast_results(engine, run_id)
+    segments = store.read_segments(engine, run_id)
+    sizes = (
+        pd.concat(
+            [
+                seg.value_counts()
+                .rename_axis("segment")
+                .reset_index(name="n_advertisers")
+                .assign(source=src)
+                for src, seg in segments.items()
+            ],
+            ignore_index=True,
+        )
+        if segments
+        else None
+    )
+    views = None
+    try:
+        ids, labels, columns = store.read_base_clusterings(engine, run_id)
+        columns = columns.copy()
+        alpha = columns["parameter"].str.extract(r"alpha=([0-9.eE+-]+)")[0]
+        columns["alpha"] = pd.to_numeric(alpha, errors="coerce")
+        views = BaseClusterings(labels, columns)
+    except store.RunNotFoundError:
+        pass
+    names = reads.advertisers(engine).set_index("advertiser_id")["name"].to_dict()
+    kwargs = {}
+    if sizes is not None:
+        kwargs["segment_sizes"] = sizes[["source", "segment", "n_advertisers"]]
+    return ReportData(
+        run=run,
+        mape=saved["mape"],
+        segment_cdfs=saved["segment_cdfs"],
+        forecasts=saved["forecasts"],
+        consistency=None if views is None else view_consistency(views),
+        clusters_per_view=None if views is None else clusters_per_view(views),
+        advertiser_names=names,
+        **kwargs,
     )

@@ -76,13 +76,24 @@ def set_timings(engine: Engine, run_id: int, timings: dict[str, float]) -> None:
         conn.execute(update(Run).where(Run.run_id == run_id).values(timings=_jsonable(timings)))
 
 
-def complete_run(engine: Engine, run_id: int, timings: dict[str, float]) -> None:
-    """Mark the run completed: its results become visible."""
+def complete_run(
+    engine: Engine, run_id: int, timings: dict[str, float], resolved: dict | None = None
+) -> None:
+    """Mark the run completed: its results become visible. ``resolved`` (what the run decided
+    itself, e.g. the number of segments) is added to its parameters under "resolved"."""
     with engine.begin() as conn:
+        params = conn.scalar(select(Run.parameters).where(Run.run_id == run_id)) or {}
+        if resolved:
+            params = {**params, "resolved": _jsonable(resolved)}
         conn.execute(
             update(Run)
             .where(Run.run_id == run_id)
-            .values(status="completed", finished_at=_now(), timings=_jsonable(timings))
+            .values(
+                status="completed",
+                finished_at=_now(),
+                timings=_jsonable(timings),
+                parameters=params,
+            )
         )
 
 

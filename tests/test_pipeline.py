@@ -1,0 +1,221 @@
+"""The nightly pipeline end to end on a small simulated marketplace (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from adseg import pipeline
+from adseg.cli import app
+from adseg.ingest import read_directory
+from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
+from adseg.store import reads
+from adseg.store import results as store
+from adseg.store.load import write_batch
+
+runner = CliRunner()
+FAST_FUSERS = ("rcc", "l2")
+
+
+@pytest.fixture(scope="module")
+def market_dir(tmp_path_factory):
+    """A small marketplace: 200 advertisers, 12 segments, 7 + 7 days (module-scoped: built once)."""
+    out = tmp_path_factory.mktemp("market")
+    config = MarketplaceConfig(n_advertisers=200, n_segments=12, seed=7)
+    write_marketplace(simulate_marketplace(config), out)
+    return out
+
+
+@pytest.fixture
+def loaded(engine, market_dir):
+    write_batch(engine, read_directory(market_dir))
+    return engine
+
+
+def _config(market_dir, **kw) -> pipeline.NightlyConfig:
+    base = dict(
+        fusers=FAST_FUSERS, seed=0, supply="actual", truth_path=str(market_dir / "truth.csv")
+    )
+    base.update(kw)
+    return pipeline.NightlyConfig(**base)
+
+
+def test_nightly_completes_and_persists(loaded, market_dir):
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    run = store.get_run(loaded, result.run_id)
+    assert run["status"] == "completed"
+    assert set(run["timings"]) >= {"pull", "views", "fuse", "forecast"}
+    assert run["parameters"]["seed"] == 0
+    assert store.latest_completed_run(loaded) == result.run_id
+    mape = result.result.mape
+    sources = set(mape["source"])
+    assert {"rcc", "l2", "win_rate", "ecpm", "text", "own", "global", "truth"} <= sources
+    saved = store.read_forecast_results(loaded, result.run_id)["mape"]
+    assert len(saved) == len(mape)
+    segments = store.read_segments(loaded, result.run_id)
+    assert len(segments["rcc"]) == 200
+
+
+def test_forecast_quality_ordering(loaded, market_dir):
+    """The properties the issue asks of the MAPE table (supply = actual, the paper's method)."""
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    mape = result.result.mape
+    seg = mape[(mape["method"] == "segment") & (mape["supply_mode"] == "actual")].set_index(
+        "source"
+    )
+    imp, spend = seg["impressions_mape"], seg["spend_mape"]
+    assert imp["truth"] < imp["own"], "true segments must beat no segmentation"
+    assert imp["rcc"] < imp["text"] and spend["rcc"] < spend["text"], "rcc must beat text only"
+    assert imp["rcc"] <= imp["l2"] * 1.02 and spend["rcc"] <= spend["l2"] * 1.02
+
+
+def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monkeypatch):
+    first = pipeline.run_nightly(loaded, config=_config(market_dir))
+    before = store.read_forecast_results(loaded, first.run_id)["mape"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure in forecasting")
+
+    monkeypatch.setattr(pipeline, "forecast", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.run_nightly(loaded, config=_config(market_dir))
+    runs = store.list_runs(loaded)
+    failed = runs[runs["status"] == "failed"]
+    assert len(failed) == 1 and "injected failure" in failed["error"].iloc[0]
+    failed_id = int(failed["run_id"].iloc[0])
+    # its partial results (base clusterings, segments) were removed
+    assert store.read_segments(loaded, failed_id) == {}
+    # the earlier run is intact and still the latest completed one
+    assert store.latest_completed_run(loaded) == first.run_id
+    after = store.read_forecast_results(loaded, first.run_id)["mape"]
+    pd.testing.assert_frame_equal(before, after)
+    assert store.lock_holder(loaded) is None, "the lock is released after a failure"
+
+
+def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
+    holder = store.acquire_lock(loaded, "nightly", run_id=None)
+    try:
+        with pytest.raises(store.RunLockedError, match="in progress"):
+            pipeline.run_nightly(loaded, config=_config(market_dir))
+        result = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet"])
+        assert result.exit_code == 75, result.output
+        assert "in progress" in result.output
+    finally:
+        store.release_lock(loaded, "nightly", holder)
+    assert store.list_runs(loaded).empty, "a refused run writes no run row"
+
+
+def test_two_nightlies_at_once_one_is_refused(loaded, market_dir):
+    """Two real threads race for the lock: exactly one runs, the other is refused."""
+    outcomes = []
+
+    def attempt():
+        try:
+            pipeline.run_nightly(
+                loaded, config=_config(market_dir, fusers=("l2",), primary_fuser="l2")
+            )
+            outcomes.append("ran")
+        except store.RunLockedError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) in (["ran", "refused"], ["ran", "ran"])
+    runs = store.list_runs(loaded)
+    assert (runs["status"] == "completed").sum() == outcomes.count("ran")
+
+
+def test_rerun_with_same_parameters_is_safe(loaded, market_dir):
+    a = pipeline.run_nightly(loaded, config=_config(market_dir))
+    b = pipeline.run_nightly(loaded, config=_config(market_dir))
+    assert b.run_id != a.run_id
+    ma = store.read_forecast_results(loaded, a.run_id)["mape"].sort_values(["source", "method"])
+    mb = store.read_forecast_results(loaded, b.run_id)["mape"].sort_values(["source", "method"])
+    pd.testing.assert_frame_equal(ma.reset_index(drop=True), mb.reset_index(drop=True))
+
+
+def test_reports_from_the_cli(loaded, market_dir, db_url, tmp_path):
+    # an advertiser-supplied name with a script tag must come out escaped
+    with loaded.begin() as conn:
+        from sqlalchemy import update
+
+        from adseg.store.models import Advertiser
+
+        first = reads.advertisers(loaded)["advertiser_id"].iloc[0]
+        conn.execute(
+            update(Advertiser)
+            .where(Advertiser.advertiser_id == first)
+            .values(name="<script>alert('x')</script>")
+        )
+    result = runner.invoke(
+        app,
+        [
+            "nightly",
+            "--database-url",
+            db_url,
+            "--quiet",
+            "--fuser",
+            "rcc",
+            "--fuser",
+            "l2",
+            "--supply",
+            "both",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    html_path = tmp_path / "r.html"
+    res = runner.invoke(
+        app, ["report", "--database-url", db_url, "--format", "html", "-o", str(html_path)]
+    )
+    assert res.exit_code == 0, res.output
+    page = html_path.read_text()
+    assert "<script>alert" not in page
+    assert "&lt;script&gt;" in page
+    res = runner.invoke(app, ["report", "--database-url", db_url, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    from adseg.report import JSON_SOURCE_KEYS, JSON_TOP_LEVEL_KEYS
+
+    assert tuple(doc) == JSON_TOP_LEVEL_KEYS
+    assert {"run_id", "windows", "sources"} <= set(doc)
+    assert set(doc["sources"]["rcc"]) == set(JSON_SOURCE_KEYS)
+    res = runner.invoke(app, ["report", "--database-url", db_url, "--format", "csv"])
+    assert res.exit_code == 0
+    assert res.stdout.splitlines()[0].startswith("advertiser_id")
+
+
+def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "--train-start", "2026-03-01"])
+    assert res.exit_code == 2 and "all four" in res.output
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "--fuser", "nope"])
+    assert res.exit_code == 2 and "unknown fuser" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "nightly",
+            "--database-url",
+            db_url,
+            "--train-start",
+            "2026-03-05",
+            "--train-end",
+            "2026-03-10",
+            "--eval-start",
+            "2026-03-08",
+            "--eval-end",
+            "2026-03-12",
+        ],
+    )
+    assert res.exit_code == 2 and "must start after" in res.output
+    assert store.list_runs(loaded).empty
+
+
+def test_report_without_runs_says_so(engine, db_url):
+    res = runner.invoke(app, ["report", "--database-url", db_url])
+    assert res.exit_code == 2 and "no completed run" in res.output
