@@ -1,0 +1,657 @@
+"""LTA: clustering ensemble by low-rank tensor approximation of the co-association matrix.
+
+Jia, Liu, Hou, Zhang, "Clustering Ensemble Meets Low-rank Tensor Approximation", AAAI 2021
+(seeds/002, specs/lta.md). The co-association matrix A (n×n) and the coherent-link matrix M
+(M_ij = 1 when i and j are never separated) are stacked into an n×n×2 tensor; a convex model
+
+    min ‖𝓟‖_⊛ + λ‖E‖_F²   s.t.  P1 = 1 on Ω = {M = 1},  P2 + E = A,
+                              P1, P2 symmetric with entries in [0, 1]
+
+is solved by the paper's inexact ADMM (spec §3), and the refined co-association P2 is clustered
+by spectral clustering (``final="sc"``, the paper's Ours-SC) or average-linkage agglomeration on
+1 − P2 (``final="ea"``, Ours-EA).
+
+**Item order — read this before choosing ``orientation``.** The paper's tensor nuclear norm
+(``orientation="sample"``) takes the DFT along the *item* index, so its result depends on the
+order the items come in: it low-pass filters the co-association along the rows. The benchmark
+files are sorted by class, and a low-pass filter along a class-sorted index keeps exactly the
+ground-truth blocks, which is where the paper's large gains come from (spec §0). With items in
+arbitrary order the same method does *worse* than plain co-association clustering (see
+benchmarks/results/lta_paper.md: e.g. pool_binalpha ACC falls from about 0.9 in the
+file's order to about 0.2 shuffled). Advertisers have no meaningful order, so the default here is
+``orientation="frontal"``: the textbook t-SVD with the DFT along the 2-slice mode,
+‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling the items
+shuffles the result the same way; tests/test_lta.py checks both behaviours). ``"sample"`` is
+kept to reproduce the paper, and must only be reported with the item order it was run on.
+
+**Speed of the frontal variant.** Items with identical label rows (the cells of the meet of all
+partitions, g of them; g ≪ n on real ensembles: ~2,000 for MNIST's 5,000 items) are
+interchangeable in A and Ω, and every ADMM step (SVT, clipping, symmetrising, the Ω projection) is
+equivariant to permuting items. Started from zero, every iterate therefore stays in the space of
+matrices that are constant on each cell-pair block (with their own diagonal), which is isometric
+to g×g matrices plus one scalar per cell. The solver runs there exactly (not an approximation:
+tests check it against the n×n ADMM): each iteration costs two g×g symmetric eigendecompositions,
+O(g³), instead of two n×n SVDs, O(n³).
+
+Missing labels (-1) are supported through ``co_association``'s handling: A_ij is the share of the
+clusterings labelling both i and j that put them together, and Ω (the coherent links) is the set
+of pairs with A_ij = 1, i.e. covered by at least one clustering and never separated. An item
+labelled in no clustering has an all-zero row in A and no coherent link.
+
+Cost (n items, m clusterings, g cells, T iterations, typically 150–250):
+* ``"frontal"``: O(n m log n + g² Σk) to build; O(T g³) time; memory about 12 g×g float64
+  arrays during the solve, then the n×n P2 (``similarity_``) and the n×n work of the final
+  clustering (SC: the n×n normalised matrix; EA: the n(n−1)/2 condensed distances).
+* ``"sample"``: O(T n² log n) time; memory about 14 n×n float64-sized arrays held at once (A, P1,
+  P2, E, B, C, Λ1, Λ2, Λ3, two work arrays, two half-spectra of n(n/2+1) complex128) and the n×n
+  boolean Ω — n = 5,000: ≈ 2.9 GB; n = 20,000: ≈ 45 GB. Never an n×n×m array.
+
+Deviations from the paper, all documented in the spec: μ_max = 1e8 (code: 1e10; never binds);
+the MATLAB odd-n double shrink of one frequency pair is not replicated; SC uses the c *largest*
+eigenvectors of D^{-1/2} W D^{-1/2}.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.fft as sfft
+import scipy.linalg as sla
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
+
+from adseg.consensus._base import (
+    BaseFuser,
+    assign_labels,
+    co_association,
+    top_eigenvectors,
+)
+
+ORIENTATIONS = ("frontal", "sample")
+FINALS = ("sc", "ea")
+
+
+# ---------------------------------------------------------------------------------------------
+# preprocessing: co-association and coherent links
+# ---------------------------------------------------------------------------------------------
+
+
+def coherent_cells(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group items with identical label rows (the cells of the meet of all partitions).
+
+    Returns (cell (n,) int64 in 0..g−1, rows (g, m) the distinct label rows, sizes (g,)).
+    Cost O(n m log n) (one lexicographic sort of the rows).
+    """
+    rows, cell, sizes = np.unique(labels, axis=0, return_inverse=True, return_counts=True)
+    return cell.ravel().astype(np.int64), rows, sizes.astype(np.int64)
+
+
+def cell_coassociation(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Co-association and coherent links between cells: (A_g (g×g) float64, omega_g (g×g) bool).
+
+    A_g[a, b] is A_ij for any i in cell a, j in cell b (the diagonal A_g[a, a] is also the value
+    of A_ii and of A_ij for i ≠ j inside the cell). omega_g = (A_g == 1): the share is a ratio of
+    two equal integer counts exactly when the pair is never separated, and x / x == 1.0 exactly
+    in IEEE arithmetic, so the comparison is exact (no float threshold).
+    """
+    A_g = co_association(rows)
+    return A_g, A_g == 1.0
+
+
+def coassociation_and_links(labels) -> tuple[np.ndarray, np.ndarray]:
+    """The n×n co-association matrix A (float64) and coherent-link mask Ω = (A == 1) (bool).
+
+    Built on the g distinct label rows and expanded by indexing, never as an n×n×m array.
+    Memory: the two n×n outputs (9n² bytes).
+    """
+    labels = np.asarray(labels)
+    cell, rows, _ = coherent_cells(labels)
+    A_g, omega_g = cell_coassociation(rows)
+    return A_g[np.ix_(cell, cell)], omega_g[np.ix_(cell, cell)]
+
+
+# ---------------------------------------------------------------------------------------------
+# singular value thresholding of the 2-slice tensor
+# ---------------------------------------------------------------------------------------------
+
+
+def svt_sample(T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """The paper's tensor SVT (spec §3.3 A): DFT along axis 0 (the item index), then at each
+    frequency f the n×2 matrix G_f = [F1[f], F2[f]]ᵀ is shrunk, σ → (σ − τ)₊.
+
+    Exact prox of τ·TNN_sample at (T1, T2). Closed form through the 2×2 Gram matrix of G_f
+    (σ₂ accurate to ~1e-8·σ₁ when G_f is nearly rank one). rfft/irfft: the conjugate-symmetric
+    half is implied. Inputs: two real n×p arrays (p = n in the solver). Output: two real n×p
+    arrays, *not* symmetric even for symmetric inputs. Cost O(n p log n); memory two half
+    spectra ((n/2+1)×p complex128) and the outputs.
+    """
+    n = T1.shape[0]
+    F1 = sfft.rfft(T1, axis=0, workers=-1)
+    F2 = sfft.rfft(T2, axis=0, workers=-1)
+    V1 = F1.view(np.float64).reshape(F1.shape[0], -1, 2)
+    V2 = F2.view(np.float64).reshape(F2.shape[0], -1, 2)
+    a = np.einsum("fjk,fjk->f", V1, V1)
+    d = np.einsum("fjk,fjk->f", V2, V2)
+    b_re = np.einsum("fjk,fjk->f", V1, V2)
+    b_im = np.einsum("fj,fj->f", V1[..., 0], V2[..., 1]) - np.einsum(
+        "fj,fj->f", V1[..., 1], V2[..., 0]
+    )
+    w11, w12, w21, w22 = _gram_svt_weights(a, d, b_re + 1j * b_im, tau)
+    out1 = F1 * w11[:, None]
+    out1 += F2 * w21[:, None]
+    F2 *= w22[:, None]
+    F2 += F1 * w12[:, None]
+    del F1
+    P1 = sfft.irfft(out1, n=n, axis=0, workers=-1)
+    del out1
+    P2 = sfft.irfft(F2, n=n, axis=0, workers=-1)
+    return P1, P2
+
+
+def _gram_svt_weights(a, d, b, tau):
+    """Mixing matrix W = V diag(φ) Vᴴ of the SVT of G with Gram GᴴG = [[a, b], [b̄, d]]
+    (vectorised over frequencies): SVT_τ(G) = G W with φ_i = (σ_i − τ)₊ / σ_i."""
+    half = 0.5 * (a - d)
+    bb = np.abs(b) ** 2
+    r = np.sqrt(half**2 + bb)
+    lam_plus = 0.5 * (a + d) + r
+    lam_minus = np.maximum(0.5 * (a + d) - r, 0.0)
+    s1 = np.sqrt(lam_plus)
+    s2 = np.sqrt(lam_minus)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi1 = np.where(s1 > 0, np.maximum(s1 - tau, 0.0) / s1, 0.0)
+        phi2 = np.where(s2 > 0, np.maximum(s2 - tau, 0.0) / s2, 0.0)
+        # λ₊ − a without cancellation when a ≥ d
+        gap = np.where(half >= 0, bb / (r + half), r - half)
+        v1 = b.astype(np.complex128)
+        v2 = gap.astype(np.complex128)
+        norm = np.sqrt(np.abs(v1) ** 2 + np.abs(v2) ** 2)
+        degenerate = norm == 0
+        v1 = np.where(degenerate, np.where(a >= d, 1.0, 0.0), v1 / np.where(degenerate, 1, norm))
+        v2 = np.where(degenerate, np.where(a >= d, 0.0, 1.0), v2 / np.where(degenerate, 1, norm))
+    dphi = phi1 - phi2
+    w11 = phi2 + dphi * np.abs(v1) ** 2
+    w22 = phi2 + dphi * np.abs(v2) ** 2
+    w12 = dphi * v1 * np.conj(v2)
+    w21 = np.conj(w12)
+    return w11, w12, w21, w22
+
+
+def svt_frontal(T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """The textbook tensor SVT (spec §3.3 B): length-2 DFT along the slice mode,
+    F̂ = (T1 + T2, T1 − T2); matrix SVT of each with threshold τ; inverse DFT.
+
+    Dense reference (two full n×n SVDs, O(n³)); the solver uses the cell-reduced equivalent.
+    Permutation-equivariant: SVT(Pᵀ T P) = Pᵀ SVT(T) P for any permutation matrix P.
+    """
+    S1 = _matrix_svt(T1 + T2, tau)
+    S2 = _matrix_svt(T1 - T2, tau)
+    return 0.5 * (S1 + S2), 0.5 * (S1 - S2)
+
+
+def _matrix_svt(X: np.ndarray, tau: float) -> np.ndarray:
+    U, s, Vt = np.linalg.svd(X, full_matrices=False)
+    keep = s > tau
+    return (U[:, keep] * (s[keep] - tau)) @ Vt[keep]
+
+
+def tensor_nuclear_norm(P1: np.ndarray, P2: np.ndarray, orientation: str = "frontal") -> float:
+    """‖𝓟‖_⊛ of the n×p×2 tensor (P1, P2) as the solver defines it (spec §2.2).
+
+    "sample": (1/n) Σ_f ‖[F1[f], F2[f]]‖_* with F = fft along axis 0 (batched SVDs of p×2).
+    "frontal": ½(‖P1 + P2‖_* + ‖P1 − P2‖_*).
+    """
+    _check_choice("orientation", orientation, ORIENTATIONS)
+    if orientation == "frontal":
+        return 0.5 * float(
+            np.linalg.svd(P1 + P2, compute_uv=False).sum()
+            + np.linalg.svd(P1 - P2, compute_uv=False).sum()
+        )
+    G = np.stack([np.fft.fft(P1, axis=0), np.fft.fft(P2, axis=0)], axis=2)
+    return float(np.linalg.svd(G, compute_uv=False).sum() / P1.shape[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the ADMM (spec §3.2), written once for the n×n and the cell-reduced representation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LTAResult:
+    """Output of :func:`lta_refine`: the iterates at the stop and the solver's trace."""
+
+    P1: np.ndarray
+    P2: np.ndarray
+    E: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    n_iter: int
+    converged: bool
+    residual: float
+    mu: float
+    residual_history: list[float] = field(default_factory=list)
+
+
+def _admm(
+    A: np.ndarray,
+    omega: np.ndarray,
+    svt: Callable[[np.ndarray, np.ndarray, float], tuple[np.ndarray, np.ndarray]],
+    sym_into: Callable[[np.ndarray, np.ndarray], None],
+    *,
+    valid: np.ndarray | None,
+    lam: float,
+    mu0: float,
+    rho: float,
+    mu_max: float,
+    tol: float,
+    max_iter: int,
+) -> LTAResult:
+    """Inexact ALM of spec §3.2 on arrays of any shape whose entries are the model's matrix
+    entries (n×n, or the packed cell form). ``sym_into(X, out)`` writes sym(X) into ``out``;
+    ``valid`` masks the entries that stand for no real matrix entry out of the residual."""
+    zeros = np.zeros_like(A)
+    P1, P2, E, B, C = (zeros.copy() for _ in range(5))
+    L1, L2, L3 = (zeros.copy() for _ in range(3))
+    W1, W2 = zeros, np.zeros_like(A)  # work buffers
+    mu = float(mu0)
+    history: list[float] = []
+    converged = False
+    r = np.inf
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 (the count is returned)
+        tau = 1.0 / mu
+        # P-step target (Eq. 13)
+        np.multiply(L1, -tau, out=W1)
+        W1 += B
+        np.add(L2, L3, out=W2)
+        W2 *= -tau
+        W2 += A
+        W2 -= E
+        W2 += C
+        W2 *= 0.5
+        P1, P2 = svt(W1, W2, tau)
+        # E-step (Eq. 15)
+        np.subtract(A, P2, out=E)
+        E *= mu
+        E -= L2
+        E /= 2.0 * lam + mu
+        # B-step: exact projection on symmetric ∩ [0,1] ∩ {1 on Ω}
+        np.multiply(L1, tau, out=W1)
+        W1 += P1
+        sym_into(W1, B)
+        np.clip(B, 0.0, 1.0, out=B)
+        B[omega] = 1.0
+        # C-step: projection on symmetric ∩ [0,1]
+        np.multiply(L3, tau, out=W1)
+        W1 += P2
+        sym_into(W1, C)
+        np.clip(C, 0.0, 1.0, out=C)
+        # residuals, stop test (before the dual update, as the authors' code), dual update
+        np.subtract(P1, B, out=W1)
+        np.add(P2, E, out=W2)
+        W2 -= A
+        r = max(_absmax(W1, valid), _absmax(W2, valid))
+        W1 *= mu
+        L1 += W1
+        W2 *= mu
+        L2 += W2
+        np.subtract(P2, C, out=W1)
+        r = max(r, _absmax(W1, valid))
+        history.append(r)
+        if r < tol:
+            converged = True
+            break
+        W1 *= mu
+        L3 += W1
+        mu = min(rho * mu, mu_max)
+    return LTAResult(P1, P2, E, B, C, n_iter, converged, float(r), mu, history)
+
+
+def _absmax(X: np.ndarray, valid: np.ndarray | None) -> float:
+    if valid is not None:
+        X = np.where(valid, X, 0.0)
+    return float(max(X.max(), -X.min()))
+
+
+def _sym_dense(X: np.ndarray, out: np.ndarray) -> None:
+    np.add(X, X.T, out=out)
+    out *= 0.5
+
+
+def lta_refine(
+    A: np.ndarray,
+    omega: np.ndarray,
+    *,
+    lam: float = 0.002,
+    orientation: str = "frontal",
+    mu0: float = 1e-4,
+    rho: float = 1.1,
+    mu_max: float = 1e8,
+    tol: float = 1e-8,
+    max_iter: int = 500,
+) -> LTAResult:
+    """Solve the LTA model on a dense n×n co-association A and coherent-link mask Ω.
+
+    This is the literal n×n solver for both orientations ("frontal" does two dense n×n SVDs
+    per iteration, O(n³): use it as a reference on small n; :class:`LTA` runs the equivalent
+    cell-reduced solver). Holds about 12 n×n float64 arrays. Returns :class:`LTAResult`.
+    """
+    _check_choice("orientation", orientation, ORIENTATIONS)
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    omega = np.asarray(omega, dtype=bool)
+    svt = svt_sample if orientation == "sample" else svt_frontal
+    return _admm(
+        A,
+        omega,
+        svt,
+        _sym_dense,
+        valid=None,
+        lam=lam,
+        mu0=mu0,
+        rho=rho,
+        mu_max=mu_max,
+        tol=tol,
+        max_iter=max_iter,
+    )
+
+
+class _CellSpace:
+    """The packed representation of n×n matrices that are invariant to permuting items inside
+    each cell: a (g+1)×g array whose first g rows hold the off-diagonal values Q[a, b] (entry
+    (i, j), i ≠ j, i in cell a, j in cell b) and whose last row holds the diagonal values d[a].
+
+    Q[a, a] stands for no entry when the cell has one item (``valid`` is False there). In the
+    orthonormal basis (cell indicators / √s, then the within-cell contrasts) such a matrix is
+    the g×g matrix R = √s Q √s + diag(d − diag Q) (diagonal: (s−1) Q_aa + d_a) plus
+    (d_a − Q_aa) times the identity on each cell's (s_a − 1)-dimensional contrast space, so
+    its singular value thresholding is a g×g one plus a soft threshold per cell.
+    """
+
+    def __init__(self, sizes: np.ndarray, executor: ThreadPoolExecutor | None = None):
+        self.executor = executor
+        self.s = sizes.astype(np.float64)
+        self.g = sizes.size
+        self.root = np.sqrt(self.s)
+        self.valid = np.ones((self.g + 1, self.g), dtype=bool)
+        self.valid[np.arange(self.g), np.arange(self.g)] = sizes > 1
+        self.diag = (np.arange(self.g), np.arange(self.g))
+
+    def pack(self, Q: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return np.vstack([Q, d[None, :]])
+
+    def expand(self, X: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """The n×n matrix the packed X stands for (items in the order of ``cell``)."""
+        full = X[: self.g][np.ix_(cell, cell)]
+        full[np.diag_indices_from(full)] = X[self.g][cell]
+        return full
+
+    def sym_into(self, X: np.ndarray, out: np.ndarray) -> None:
+        g = self.g
+        np.add(X[:g], X[:g].T, out=out[:g])
+        out[:g] *= 0.5
+        out[g] = X[g]
+
+    def svt(self, T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+        if self.executor is None:
+            S1 = self._matrix_svt(T1 + T2, tau)
+            S2 = self._matrix_svt(T1 - T2, tau)
+        else:
+            # the two eigendecompositions are independent and LAPACK releases the GIL
+            f1 = self.executor.submit(self._matrix_svt, T1 + T2, tau)
+            S2 = self._matrix_svt(T1 - T2, tau)
+            S1 = f1.result()
+        P1 = S1 + S2
+        P1 *= 0.5
+        S1 -= S2
+        S1 *= 0.5
+        return P1, S1
+
+    def _matrix_svt(self, X: np.ndarray, tau: float) -> np.ndarray:
+        g, s, root = self.g, self.s, self.root
+        Q, d = X[:g], X[g]
+        qdiag = Q[self.diag]
+        R = Q * root[:, None]
+        R *= root[None, :]
+        R[self.diag] = (s - 1.0) * qdiag + d
+        # the iterates are symmetric in exact arithmetic (spec §3: SVT, E, B, C and the duals
+        # preserve symmetry from a zero start), so the SVT of R is an eigenvalue shrink
+        R += R.T
+        R *= 0.5
+        delta = np.where(s > 1, d - qdiag, 0.0)
+        delta_new = np.sign(delta) * np.maximum(np.abs(delta) - tau, 0.0)
+        if np.sqrt(np.einsum("ij,ij->", R, R)) <= tau:
+            Rn = np.zeros_like(R)  # every singular value is below the threshold
+        else:
+            w, V = sla.eigh(R, driver="evd", overwrite_a=True, check_finite=False)
+            shrunk = np.sign(w) * np.maximum(np.abs(w) - tau, 0.0)
+            keep = shrunk != 0
+            Vk = V[:, keep]
+            Rn = (Vk * shrunk[keep]) @ Vk.T
+        out = np.empty_like(X)
+        Qn = out[:g]
+        np.divide(Rn, root[:, None], out=Qn)
+        Qn /= root[None, :]
+        rdiag = Qn[self.diag].copy()  # = R'_aa / s_a
+        out[g] = rdiag + delta_new * (1.0 - 1.0 / s)
+        Qn[self.diag] = np.where(s > 1, rdiag - delta_new / s, out[g])
+        return out
+
+
+def lta_refine_cells(
+    cell: np.ndarray,
+    rows: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    lam: float = 0.002,
+    mu0: float = 1e-4,
+    rho: float = 1.1,
+    mu_max: float = 1e8,
+    tol: float = 1e-8,
+    max_iter: int = 500,
+) -> tuple[LTAResult, _CellSpace]:
+    """The frontal LTA solved exactly in the cell-reduced space (see the module docstring).
+
+    Inputs from :func:`coherent_cells`. Returns the result in packed (g+1)×g form and the space
+    (``space.expand(result.P2, cell)`` gives the n×n P2). Cost O(T g³) time, ~12 g×g arrays.
+    """
+    A_g, omega_g = cell_coassociation(rows)
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        space = _CellSpace(sizes, executor)
+        A = space.pack(A_g, np.diag(A_g).copy())
+        omega = space.pack(omega_g, np.diag(omega_g).copy())
+        res = _admm(
+            A,
+            omega,
+            space.svt,
+            space.sym_into,
+            valid=space.valid,
+            lam=lam,
+            mu0=mu0,
+            rho=rho,
+            mu_max=mu_max,
+            tol=tol,
+            max_iter=max_iter,
+        )
+    space.executor = None
+    return res, space
+
+
+# ---------------------------------------------------------------------------------------------
+# final clustering of the refined co-association
+# ---------------------------------------------------------------------------------------------
+
+
+def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init: int = 20):
+    """Ours-SC: Ng–Jordan–Weiss on W = max(S + Sᵀ, 0): the c largest eigenvectors of
+    D^{-1/2} W D^{-1/2}, rows normalised, k-means with ``n_init`` restarts. Invariant to scaling
+    S by α > 0. Holds two n×n arrays; eigenvectors by LAPACK (n ≤ 2,000) or Lanczos."""
+    W = S + S.T
+    np.maximum(W, 0.0, out=W)
+    deg = W.sum(axis=1)
+    scale = np.zeros_like(deg)
+    np.divide(1.0, np.sqrt(deg), out=scale, where=deg > 0)
+    W *= scale[:, None]
+    W *= scale[None, :]
+    _, vecs = top_eigenvectors(W, n_clusters)
+    return assign_labels(
+        vecs, n_clusters, method="kmeans", random_state=random_state, n_init=n_init
+    )
+
+
+def average_linkage_labels(S: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Ours-EA: average-linkage (UPGMA) tree on the distances 1 − sym(S), cut into
+    ``n_clusters`` clusters. Invariant to positive affine maps of S. Holds the n(n−1)/2
+    condensed distances; O(n²) time (nearest-neighbour chain)."""
+    D = S + S.T
+    D *= -0.5
+    D += 1.0
+    np.fill_diagonal(D, 0.0)
+    tree = linkage(squareform(D, checks=False), method="average")
+    labels = fcluster(tree, t=n_clusters, criterion="maxclust")
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# the fuser
+# ---------------------------------------------------------------------------------------------
+
+
+class LTA(BaseFuser):
+    """Low-rank tensor approximation of the co-association matrix (seed 002), then SC or EA.
+
+    Parameters
+    ----------
+    n_clusters : number of segments wanted.
+    lam : λ, weight of the removed "wrong links" ‖E‖_F²; the paper's 0.002 for every data set.
+    orientation : "frontal" (default; textbook t-SVD, order-invariant, honest for items in
+        arbitrary order) or "sample" (the paper's FFT along the item index; its result depends
+        on the item order and reproduces the paper only on class-sorted files — see the module
+        docstring and benchmarks/results/lta_paper.md).
+    final : "sc" (spectral clustering, the paper's Ours-SC) or "ea" (average linkage, Ours-EA).
+    mu0, rho, mu_max, tol, max_iter : the ADMM's penalty start, growth, cap, stopping tolerance
+        on the max-abs primal residual, and iteration cap (paper / authors' code values).
+    n_init : k-means restarts of the spectral step (the authors' code: 20).
+    random_state : seed of the k-means of the spectral step (the solver itself is deterministic).
+
+    Attributes
+    ----------
+    labels_ : (n,) int64 segments in 0..n_clusters−1.
+    similarity_ : (n, n) float64, the refined co-association sym(P2) (small scale: P2 is
+        strongly shrunk, e.g. entries in [0, 0.25]; only its shape matters downstream).
+    n_cells_ : number g of distinct label rows (cells of the meet of the base clusterings).
+    n_iter_, converged_, residual_ : the ADMM's iteration count, whether the residual fell below
+        ``tol`` before ``max_iter``, and the last max-abs primal residual.
+
+    Memory: see the module docstring (frontal: ~12 g×g arrays in the solve, then 2–3 n×n;
+    sample: ~14 n×n arrays). Time on the shared 2-core machine: benchmarks/results/lta_scaling.md.
+    """
+
+    allow_missing = True
+
+    def __init__(
+        self,
+        n_clusters: int = 2,
+        *,
+        lam: float = 0.002,
+        orientation: str = "frontal",
+        final: str = "sc",
+        mu0: float = 1e-4,
+        rho: float = 1.1,
+        mu_max: float = 1e8,
+        tol: float = 1e-8,
+        max_iter: int = 500,
+        n_init: int = 20,
+        random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.lam = lam
+        self.orientation = orientation
+        self.final = final
+        self.mu0 = mu0
+        self.rho = rho
+        self.mu_max = mu_max
+        self.tol = tol
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        _check_choice("orientation", self.orientation, ORIENTATIONS)
+        _check_choice("final", self.final, FINALS)
+        for name in ("lam", "mu0", "tol"):
+            _check_positive(name, getattr(self, name))
+        _check_positive("mu_max", self.mu_max)
+        if self.mu_max < self.mu0:
+            raise ValueError(f"mu_max must be ≥ mu0; got mu_max={self.mu_max}, mu0={self.mu0}.")
+        if not (isinstance(self.rho, numbers.Real) and self.rho > 1):
+            raise ValueError(f"rho must be a number > 1; got {self.rho!r}.")
+        for name in ("max_iter", "n_init"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+
+    def _fit(self, labels: np.ndarray) -> None:
+        self._check_params()
+        solver = {
+            "lam": self.lam,
+            "mu0": self.mu0,
+            "rho": self.rho,
+            "mu_max": self.mu_max,
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+        }
+        cell, rows, sizes = coherent_cells(labels)
+        self.n_cells_ = int(sizes.size)
+        if self.orientation == "frontal":
+            res, space = lta_refine_cells(cell, rows, sizes, **solver)
+            P2 = space.expand(res.P2, cell)
+        else:
+            A_g, omega_g = cell_coassociation(rows)
+            A = A_g[np.ix_(cell, cell)]
+            omega = omega_g[np.ix_(cell, cell)]
+            del A_g, omega_g
+            res = lta_refine(A, omega, orientation="sample", **solver)
+            del A, omega
+            P2 = res.P2
+        self.n_iter_ = res.n_iter
+        self.converged_ = res.converged
+        self.residual_ = res.residual
+        S = P2 + P2.T
+        S *= 0.5
+        del res, P2
+        self.similarity_ = S
+        if self.final == "sc":
+            self.labels_ = spectral_labels(
+                S, self.n_clusters, random_state=self._rng, n_init=self.n_init
+            )
+        else:
+            self.labels_ = average_linkage_labels(S, self.n_clusters)
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be a positive number; got {value!r}.")
+
+
+__all__ = [
+    "LTA",
+    "LTAResult",
+    "average_linkage_labels",
+    "coassociation_and_links",
+    "coherent_cells",
+    "lta_refine",
+    "lta_refine_cells",
+    "spectral_labels",
+    "svt_frontal",
+    "svt_sample",
+    "tensor_nuclear_norm",
+]
