@@ -33,6 +33,9 @@ FUSERS["trce"] = TRCE
 from adseg.consensus.rcec import RCEC  # noqa: E402
 
 FUSERS["rcec"] = RCEC
+from adseg.consensus.lta import LTA  # noqa: E402
+
+FUSERS["lta"] = LTA
 # --- fuser registrations (end) ---
 
 __all__ = [
