@@ -32,9 +32,10 @@ cross-check and for benchmarks.
 Memory. Besides the n×n float64 result (symmetrised in place, by blocks), the "points"
 method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G,
 samples in the block), plus its int64 counts of the same size: together ≤ ``memory_mb`` by the
-choice of b_col (also b_col ≤ chunk_elements / 64); the O(P) point arrays (P = Σ_i |U_i|); and one
-working chunk of about ``chunk_elements`` float64 (default 2¹⁸ = 2 MiB, sized for the L2 cache).
-Never an n × n × G array.
+choice of b_col (also b_col ≤ chunk_elements / 64); a few O(N) arrays of the pooled samples
+(N = Σ_i m_i: values, owners, sort order; ≈ 40 N bytes) and O(P) point arrays (P = Σ_i |U_i|);
+and one working chunk of about ``chunk_elements`` float64 (default 2¹⁸ = 2 MiB, sized for the L2
+cache). Never an n × n × G array.
 
 Speed. Per column block, each sample's points are cut into pieces, padded to a few length classes
 (≤ 19% padding, by repeating the last point) and batched as (pieces, length, b_col) arrays, so the
@@ -126,6 +127,7 @@ def ks_statistic_matrix(
     samples: Sequence,
     *,
     method: str = "points",
+    precision: str = "auto",
     memory_mb: float = _DEFAULT_MEMORY_MB,
     chunk_elements: int = _DEFAULT_CHUNK,
     on_empty: str = "nan",
@@ -138,6 +140,13 @@ def ks_statistic_matrix(
     method : "points" (directed maxima at each sample's own distinct values; default) or "grid"
         (every pair on the pooled grid of distinct values; slower unless samples are dense on a
         small grid). Both are exact.
+    precision : "auto" (default) or "float64", for method="points". "auto" runs the scan in
+        float32 (half the memory traffic, ≈ 1.5× faster) and then snaps each D_ij to the nearest
+        multiple of 1 / lcm(m_i, m_j): the float32 error is ≤ 3 · 2⁻²⁵ < 1 / (2 lcm) whenever
+        lcm ≤ 2²¹, so the snapped value is the exact statistic; pairs with a larger lcm (both
+        samples large, sizes coprime) are recomputed in float64 on the sub-matrix of the samples
+        involved (all of it in float64 if they are more than half the samples). Same result as
+        "float64", bit for bit.
     memory_mb : budget for the block tables (the e.c.d.f. table of one column block for "points",
         the (G, n) e.c.d.f. table for "grid", which raises if it does not fit). The n×n result is
         extra.
@@ -157,7 +166,11 @@ def ks_statistic_matrix(
     _check_positive(memory_mb, "memory_mb")
     _check_positive(chunk_elements, "chunk_elements")
     chunk_elements = int(chunk_elements)
-    if method == "points":
+    if precision not in ("auto", "float64"):
+        raise ValueError(f"precision must be 'auto' or 'float64'; got {precision!r}.")
+    if method == "points" and precision == "auto":
+        out = _ks_points_screened(data, memory_mb, chunk_elements)
+    elif method == "points":
         out = _ks_points(data, memory_mb, chunk_elements)
     elif method == "grid":
         out = _ks_grid(data, memory_mb, chunk_elements)
@@ -203,9 +216,10 @@ class _Pooled:
     """All samples concatenated and sorted within each sample, plus each sample's distinct values
     ("points") with its own F there. Arrays of length N = Σ m_i and P = Σ |U_i|."""
 
-    def __init__(self, values, ids, sizes, offsets, p_ids, p_vals, p_f):
+    def __init__(self, values, ids, sizes, offsets, p_ids, p_vals, p_f, arrays):
         self.values, self.ids, self.sizes, self.offsets = values, ids, sizes, offsets
         self.p_ids, self.p_vals, self.p_f = p_ids, p_vals, p_f
+        self.arrays = arrays  # the validated input samples (references, not copies)
 
     @classmethod
     def from_samples(cls, samples, *, on_empty: str) -> _Pooled:
@@ -227,12 +241,40 @@ class _Pooled:
         last[:-1] = (values[1:] != values[:-1]) | (ids[1:] != ids[:-1])
         rank = np.arange(values.size) - offsets[ids]
         p_f = (rank[last] + 1) / sizes[ids[last]]
-        return cls(values, ids, sizes, offsets, ids[last], values[last], p_f)
+        return cls(values, ids, sizes, offsets, ids[last], values[last], p_f, arrays)
 
 
-def _ks_points(data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64) -> np.ndarray:
+_SCREEN_LCM = 2.0**21
+"""Largest lcm(m_i, m_j) for which a float32 statistic snaps to the exact rational h / lcm."""
+
+
+def _ks_points_screened(data: _Pooled, memory_mb: float, chunk: int) -> np.ndarray:
+    """float32 scan + snapping to h / lcm; float64 for the pairs whose lattice is too fine."""
     n = data.sizes.size
-    directed = np.zeros((n, n))  # A_ij ≥ 0 always, so 0 is a safe identity for the max
+    m = np.maximum(data.sizes, 1)
+    b_row = max(1, chunk // max(n, 1))
+    fine = np.zeros(n, dtype=bool)  # samples in some pair with lcm > _SCREEN_LCM
+    for i0 in range(0, n, b_row):  # loop over row blocks
+        fine[i0 : i0 + b_row] = (np.lcm.outer(m[i0 : i0 + b_row], m) > _SCREEN_LCM).any(axis=1)
+    hard = np.flatnonzero(fine)
+    if hard.size > n // 2:
+        return _ks_points(data, memory_mb, chunk)
+    out = _ks_points(data, memory_mb, chunk, dtype=np.float32).astype(np.float64)
+    _round_to_lattice(out, data.sizes, chunk, limit=_SCREEN_LCM)
+    if hard.size:
+        sub = _Pooled.from_samples([data.arrays[i] for i in hard], on_empty="nan")
+        exact = _ks_points(sub, memory_mb, chunk)
+        block = np.ix_(hard, hard)
+        too_fine = np.lcm.outer(m[hard], m[hard]) > _SCREEN_LCM
+        out[block] = np.where(too_fine, exact, out[block])
+    return out
+
+
+def _ks_points(
+    data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64, dtype=np.float64
+) -> np.ndarray:
+    n = data.sizes.size
+    directed = np.zeros((n, n), dtype=dtype)  # A_ij ≥ 0 always: 0 is a safe identity for the max
     n_points = data.p_vals.size
     if n_points == 0:
         return directed
@@ -243,14 +285,16 @@ def _ks_points(data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64) 
     b_col = int(max(1, min(n, table_budget // (n_distinct + 1), chunk // min_rows)))
     rows_per_chunk = max(1, chunk // b_col)
     plan = _segment_plan(data.p_ids, rows_per_chunk)
+    p_f = data.p_f.astype(dtype, copy=False)
     for j0 in range(0, n, b_col):  # loop over column blocks
         j1 = min(n, j0 + b_col)
         table, grid = _block_table(data, j0, j1)
+        table = table.astype(dtype, copy=False)  # rounding the exact float64 count / m
         # row of `table` holding each point's F_j: 0 = before the block's first value
         where = np.searchsorted(grid, data.p_vals, side="right")
         for owners, idx in plan:  # loop over chunks of equal-length (padded) segments
             block = table[where[idx]]  # (segments, length, columns)
-            np.subtract(data.p_f[idx][:, :, None], block, out=block)
+            np.subtract(p_f[idx][:, :, None], block, out=block)
             part = block.max(axis=1)
             # a long sample is cut into pieces that land in different chunks: keep the max
             np.maximum(directed[owners, j0:j1], part, out=part)
@@ -321,13 +365,16 @@ def _scale_inplace(d: np.ndarray, sizes, chunk: int) -> None:
         d[i0:i1] *= scale
 
 
-def _round_to_lattice(stat: np.ndarray, sizes: np.ndarray, chunk: int) -> None:
+def _round_to_lattice(
+    stat: np.ndarray, sizes: np.ndarray, chunk: int, limit: float = 2.0**40
+) -> None:
     """Replace each D_ij by the float nearest the exact rational h / lcm(m_i, m_j), in place.
 
     D_ij is an integer multiple of 1 / lcm(m_i, m_j); the float difference k/m − l/n can be one ulp
     off it. scipy's ks_2samp snaps its statistic the same way (h = round(d·lcm), d = h / lcm), so
-    this makes the match bit-exact. Skipped where lcm > 2⁴⁰ (there d·lcm would no longer round to
-    h reliably; such pairs are already within a few ulp). Works in row blocks of ``chunk``
+    this makes the match bit-exact. Skipped where lcm > ``limit`` (default 2⁴⁰: beyond it d·lcm
+    would no longer round to h reliably; such float64 pairs are already within a few ulp; the
+    float32 screen passes 2²¹). Works in row blocks of ``chunk``
     elements.
     """
     n = sizes.size
@@ -338,7 +385,7 @@ def _round_to_lattice(stat: np.ndarray, sizes: np.ndarray, chunk: int) -> None:
     for i0 in range(0, n, b_row):  # loop over row blocks
         i1 = min(n, i0 + b_row)
         lcm = np.lcm.outer(m[i0:i1], m).astype(np.float64)
-        ok = lcm <= 2.0**40
+        ok = lcm <= limit
         snapped = np.round(stat[i0:i1] * lcm) / lcm
         stat[i0:i1] = np.where(ok, snapped, stat[i0:i1])
 

@@ -24,6 +24,7 @@ from adseg.landscape import (
 # small budgets force many column blocks, chunks and cut samples, exercising every code path
 SETTINGS = [
     {"method": "points"},
+    {"method": "points", "precision": "float64"},
     {"method": "points", "memory_mb": 0.001, "chunk_elements": 7},
     {"method": "points", "memory_mb": 0.05, "chunk_elements": 300},
     {"method": "grid"},
@@ -121,6 +122,21 @@ def test_methods_agree_on_a_larger_quantised_set():
     np.testing.assert_allclose(a[i, j], ref, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("n_large", [3, 12])
+def test_float32_screen_equals_float64(n_large):
+    """The float32 scan snapped to h / lcm equals the float64 scan bit for bit, including pairs of
+    large coprime sizes (lcm > 2^21, recomputed in float64; with 12 of 20 samples large the whole
+    matrix falls back to float64)."""
+    rng = np.random.default_rng(6)
+    sizes = [1499, 1501, 1503, 1507, 1511, 1513, 1517, 1519, 1523, 1529, 1531, 1537][:n_large]
+    sizes += list(rng.integers(1, 300, 20 - n_large))
+    samples = [np.round(rng.normal(rng.normal(0, 0.05), 1, k), 2) for k in sizes]
+    a = ks_statistic_matrix(samples, precision="auto", chunk_elements=5000)
+    b = ks_statistic_matrix(samples, precision="float64")
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[:4, :4], scipy_matrix(samples[:4]))
+
+
 def test_empty_samples_nan_or_raise():
     samples = [[1.0, 2.0], [], [1.5]]
     d = ks_statistic_matrix(samples)
@@ -142,6 +158,8 @@ def test_bad_input():
         ks_statistic_matrix("abc")
     with pytest.raises(ValueError, match="method"):
         ks_statistic_matrix([[1.0]], method="fast")
+    with pytest.raises(ValueError, match="precision"):
+        ks_statistic_matrix([[1.0]], precision="half")
     with pytest.raises(ValueError, match="memory_mb"):
         ks_statistic_matrix([[1.0]], memory_mb=0)
     with pytest.raises(MemoryError):
