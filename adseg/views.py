@@ -85,6 +85,10 @@ class ViewConfig:
     text_min_df, text_max_features, text_stop_words : TfidfVectorizer settings.
     ks_memory_mb : block-table budget of the KS computation (adseg.landscape).
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
+    blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
+        the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS
+        spin-waits in the partial eigendecompositions and k-means and the views took 82 s instead
+        of 6 s for 1,268 advertisers (benchmarks/results/ks_timing.md).
     """
 
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
@@ -101,6 +105,7 @@ class ViewConfig:
     text_stop_words: str | None = "english"
     ks_memory_mb: float = 256.0
     keep_distances: bool = False
+    blas_threads: int | None = 1
 
     def __post_init__(self) -> None:
         alphas = tuple(float(a) for a in self.alphas)
@@ -131,6 +136,8 @@ class ViewConfig:
         object.__setattr__(self, "text_ks", ks)
         if self.text_components is not None:
             _check_int(self.text_components, "ViewConfig.text_components", 1)
+        if self.blas_threads is not None:
+            _check_int(self.blas_threads, "ViewConfig.blas_threads", 1)
         if not self.ks_memory_mb > 0:
             raise ValueError(f"ViewConfig.ks_memory_mb must be > 0; got {self.ks_memory_mb}.")
 
@@ -464,13 +471,16 @@ def build_base_clusterings(
             "win_samples, cost_samples and descriptions must describe the same advertisers;"
             f" got lengths {n}, {len(cost_samples)} and {len(descriptions)}."
         )
+    from threadpoolctl import threadpool_limits
+
     rng = check_random_state(random_state)
     seeds = rng.randint(0, 2**31 - 1, size=3)
-    parts = [
-        ks_view(win_samples, "win_rate", config, int(seeds[0])),
-        ks_view(cost_samples, "ecpm_cost", config, int(seeds[1])),
-        text_view(descriptions, config, int(seeds[2])),
-    ]
+    with threadpool_limits(limits=config.blas_threads):
+        parts = [
+            ks_view(win_samples, "win_rate", config, int(seeds[0])),
+            ks_view(cost_samples, "ecpm_cost", config, int(seeds[1])),
+            text_view(descriptions, config, int(seeds[2])),
+        ]
     labels = np.concatenate([p.labels for p in parts], axis=1)
     frames = [p.columns for p in parts if len(p.columns)]
     columns = pd.concat(frames, ignore_index=True) if frames else _empty_columns()

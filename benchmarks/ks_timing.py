@@ -64,6 +64,7 @@ def simulated():
     from adseg.simulate import MarketplaceConfig, simulate_marketplace
 
     market = simulate_marketplace(MarketplaceConfig())
+    truth = market.truth.set_index("advertiser_id")
     auctions = market.auctions
     ts = pd.to_datetime(auctions["ts"])
     end = ts.min().normalize() + pd.Timedelta(days=market.config.train_days)
@@ -75,7 +76,30 @@ def simulated():
            else empty for i in ids]  # fmt: skip
     cost = [groups.get_group(i)["paid_ecpm"].dropna().to_numpy(float) if i in groups.groups
             else empty for i in ids]  # fmt: skip
-    return win, cost
+    descriptions = market.advertisers["description"].tolist()
+    return win, cost, descriptions, truth.loc[ids, "segment"].to_numpy()
+
+
+def views_on_simulator(win, cost, descriptions, truth):
+    """build_base_clusterings with the default ViewConfig: per-column time, clusters, ARI."""
+    from adseg.metrics import ari
+    from adseg.views import ViewConfig, build_base_clusterings, clusters_per_view, view_consistency
+
+    frames = {}
+    for blas_threads in (1, None):
+        t0 = time.perf_counter()
+        config = ViewConfig(blas_threads=blas_threads)
+        base = build_base_clusterings(win, cost, descriptions, config, random_state=0)
+        total = time.perf_counter() - t0
+        cols = base.columns[["view", "parameter", "n_clusters", "n_excluded", "seconds"]].copy()
+        cols["seconds"] = cols["seconds"].round(2)
+        ok = base.labels >= 0
+        cols["ari_vs_truth"] = [
+            round(ari(truth[ok[:, j]], base.labels[ok[:, j], j]), 3)
+            for j in range(base.labels.shape[1])
+        ]
+        frames[blas_threads] = (cols, total)
+    return frames, clusters_per_view(base), view_consistency(base)
 
 
 def scipy_loop(samples, n_pairs, rng, ours, method="auto"):
@@ -158,10 +182,13 @@ def main(argv=None) -> int:
     results: list[dict] = []
     pairs = args.pairs if not args.quick else min(args.pairs, 500)
 
+    views = None
     if not args.no_sim:
-        win, cost = simulated()
+        win, cost, descriptions, truth = simulated()
         run_case("sim-win (simulator, 1268)", win, "points", pairs, rng, results)
         run_case("sim-cost (simulator, 1268)", cost, "points", pairs, rng, results)
+        views = views_on_simulator(win, cost, descriptions, truth)
+        print(views, flush=True)
     real = heavy_tailed(1268 if not args.quick else 400, rng)
     run_case(f"realistic-{len(real)}", real, "points", pairs, rng, results)
     run_case(f"realistic-{len(real)}", real, "grid", 0, rng, results)
@@ -178,12 +205,12 @@ def main(argv=None) -> int:
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out.with_suffix(".csv"), index=False)
-    write_markdown(frame, out.with_suffix(".md"), args, argv)
+    write_markdown(frame, out.with_suffix(".md"), args, argv, views)
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}")
     return 0
 
 
-def write_markdown(frame: pd.DataFrame, path: Path, args, argv) -> None:
+def write_markdown(frame: pd.DataFrame, path: Path, args, argv, views=None) -> None:
     def sh(cmd: str) -> str:
         try:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()  # noqa: S602
@@ -226,7 +253,39 @@ Targets (issue 4): 1,268 advertisers with realistic heavy-tailed samples < 5 s p
 5,000 advertisers × 1,000 samples < 60 s. The "grid" row is the alternative method (every pair on
 the pooled grid with a running max; n² G / 2 element operations) kept as a cross-check.
 """
+    if views is not None:
+        frames, table4, table5 = views
+        cols1, total1 = frames[1]
+        cols_n, total_n = frames[None]
+        cols1 = cols1.rename(columns={"seconds": "seconds_1_blas_thread"})
+        cols1["seconds_default_blas"] = cols_n["seconds"]
+        text += f"""
+## The views on the simulated marketplace (adseg.views.build_base_clusterings, defaults)
+
+ViewConfig() defaults: α ∈ (0.01, 0.05, 0.1), min_samples 5, eigengap k in [2, 80], k-means
+discretisation (10 starts), text k ∈ (10, 20, 40). Total {total1:.1f} s with one BLAS thread
+(`blas_threads=1`, the default), {total_n:.1f} s with the process's default BLAS threading
+(`blas_threads=None`) (the spread is BLAS threads spin-waiting on the
+loaded 2 cores, in the partial eigendecomposition and k-means). `ari_vs_truth`: ARI against the
+simulator's 40 true segments over the advertisers labelled in that column.
+
+{_md(cols1)}
+
+Table 4 (clusters per view and α). Paper, 1,268 real advertisers: win rate 65 / 47 / 32, eCPM
+73 / 51 / 40 at α = 0.01 / 0.05 / 0.1.
+
+{_md(table4)}
+
+Table 5 (consistency of the win-rate and eCPM clusterings, Rand index from the contingency table).
+Paper: agree (TPN) 74.21 %, disagree (FPN) 25.79 %.
+
+{_md(table5.round(4))}
+"""
     path.write_text(text)
+
+
+def _md(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
 
 
 def _has_tabulate() -> bool:

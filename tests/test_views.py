@@ -255,6 +255,8 @@ def test_bad_input(market):
         ViewConfig(min_samples=2.5)
     with pytest.raises(ValueError, match="assign_method"):
         ViewConfig(assign_method="dbscan")
+    with pytest.raises(ValueError, match="blas_threads"):
+        ViewConfig(blas_threads=0)
 
 
 @pytest.mark.slow
