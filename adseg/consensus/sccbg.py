@@ -157,39 +157,58 @@ def w_step(
     ``C_off`` is C with a zero diagonal; ``blocks`` lists the column index arrays of the base
     clusterings. Each coordinate is set to its exact 1-D minimiser, so the objective never
     increases and the fixed point satisfies W = clip((λ − 2γ g)/(2A²), 0, 1).
+
+    Rows are independent problems, so each row stops on its own (its largest change in a sweep
+    below ``tol``) and later sweeps only touch the rows still moving. Rows that provably end at
+    W_i ≡ 1 are set directly: g is increasing in W, so g(W) ≤ g(1), and where
+    2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
     """
     u, k = S.shape
     A2 = (S - Y) ** 2
     S2 = S * S
-    # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W; one GEMM of the stacked (3u × k) matrix per block.
-    T = np.empty((3, u, k))
-    T[0] = W
-    np.multiply(S, W, out=T[1])
-    np.multiply(S2, W, out=T[2])
-    flat = T.reshape(3 * u, k)
+    g1 = np.maximum(S2 * C_off.sum(axis=0) - 2.0 * S * (S @ C_off) + S2 @ C_off, 0.0)
+    sure = np.all(2.0 * A2 + 2.0 * gamma * g1 < lam, axis=1)
+    del g1
+    W[sure] = 1.0
+    active = np.nonzero(~sure)[0]
+    if active.size == 0:
+        return W, 1
+    Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
+    # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W on the active rows; one stacked GEMM per block.
+    T = np.stack([Wa, Sa * Wa, S2a * Wa])
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
-        delta = 0.0
+        ua = active.size
+        row_delta = np.zeros(ua)
+        flat = T.reshape(3 * ua, k)
         for J in blocks:  # loop over base clusterings
-            P = (flat @ C_off[:, J]).reshape(3, u, J.size)
-            Sj = S[:, J]
-            g = np.maximum(S2[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
+            P = (flat @ C_off[:, J]).reshape(3, ua, J.size)
+            Sj = Sa[:, J]
+            g = np.maximum(S2a[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
             num = lam - 2.0 * gamma * g
-            den = 2.0 * A2[:, J]
-            old = W[:, J]
+            den = 2.0 * A2a[:, J]
+            old = Wa[:, J]
             with np.errstate(divide="ignore", invalid="ignore"):
                 new = np.where(
                     den > _DEN_EPS,
                     np.clip(num / den, 0.0, 1.0),
                     np.where(num > 0, 1.0, np.where(num < 0, 0.0, old)),
                 )
-            delta = max(delta, float(np.max(np.abs(new - old), initial=0.0)))
-            W[:, J] = new
+            np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
+            Wa[:, J] = new
             T[0][:, J] = new
             T[1][:, J] = Sj * new
-            T[2][:, J] = S2[:, J] * new
-        if delta < tol:
-            break
+            T[2][:, J] = S2a[:, J] * new
+        done = row_delta < tol
+        if done.any():
+            W[active[done]] = Wa[done]
+            keep = ~done
+            active = active[keep]
+            if active.size == 0:
+                break
+            Sa, S2a, A2a, Wa, T = Sa[keep], S2a[keep], A2a[keep], Wa[keep], T[:, keep]
+    if active.size:
+        W[active] = Wa
     return W, sweeps
 
 
@@ -214,35 +233,55 @@ def s_step(
     ``weights_are_one`` (W ≡ 1) saves one GEMM per block: Σ_q C_pq W_iq is then a constant row.
     ``omega`` in (0, 2) over-relaxes each coordinate step (projected SOR, Cryer 1971): the same
     unique minimiser (the problem is convex), every step still decreases the objective, and far
-    fewer sweeps when γ makes the coupling dominate the diagonal.
+    fewer sweeps when γ makes the coupling dominate the diagonal. Each row stops on its own (its
+    largest change in a sweep below ``tol``); later sweeps only touch the rows still moving.
     """
     u, k = S.shape
-    W2 = W * W
-    WS = S if weights_are_one else S * W
     if weights_are_one:
         r_const = C_off.sum(axis=0)
+    active = np.arange(u)
+    Sa, Ya, Ha = S[active], Y[active], H[active]
+    if not weights_are_one:
+        Wa = W[active]
+        W2a = Wa * Wa
+        WSa = Sa * Wa
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
-        delta = 0.0
+        row_delta = np.zeros(active.size)
         for J in blocks:  # loop over base clusterings
-            Wj = W[:, J]
-            t = WS @ C_off[:, J]
-            r = r_const[J][None, :] if weights_are_one else W @ C_off[:, J]
-            num = 2.0 * W2[:, J] * Y[:, J] + 4.0 * gamma * Wj * t - rho * H[:, J]
-            den = 2.0 * W2[:, J] + 4.0 * gamma * Wj * r
-            old = S[:, J]
+            old = Sa[:, J]
+            if weights_are_one:
+                t = Sa @ C_off[:, J]
+                num = 2.0 * Ya[:, J] + 4.0 * gamma * t - rho * Ha[:, J]
+                den = np.broadcast_to(2.0 + 4.0 * gamma * r_const[J][None, :], old.shape)
+            else:
+                Wj = Wa[:, J]
+                t = WSa @ C_off[:, J]
+                r = Wa @ C_off[:, J]
+                num = 2.0 * W2a[:, J] * Ya[:, J] + 4.0 * gamma * Wj * t - rho * Ha[:, J]
+                den = 2.0 * W2a[:, J] + 4.0 * gamma * Wj * r
             with np.errstate(divide="ignore", invalid="ignore"):
                 new = np.where(
                     den > _DEN_EPS,
                     np.clip(old + omega * (num / den - old), 0.0, 1.0),
-                    np.where(H[:, J] > 0, 0.0, old),
+                    np.where(Ha[:, J] > 0, 0.0, old),
                 )
-            delta = max(delta, float(np.max(np.abs(new - old), initial=0.0)))
-            S[:, J] = new
+            np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
+            Sa[:, J] = new
             if not weights_are_one:
-                WS[:, J] = new * Wj
-        if delta < tol:
-            break
+                WSa[:, J] = new * Wj
+        done = row_delta < tol
+        if done.any():
+            S[active[done]] = Sa[done]
+            keep = ~done
+            active = active[keep]
+            if active.size == 0:
+                break
+            Sa, Ya, Ha = Sa[keep], Ya[keep], Ha[keep]
+            if not weights_are_one:
+                Wa, W2a, WSa = Wa[keep], W2a[keep], WSa[keep]
+    if active.size:
+        S[active] = Sa
     return S, sweeps
 
 
