@@ -91,6 +91,11 @@ def ensembles_for(name: str, n_reps: int, seed: int) -> tuple[list[Ensemble], in
         ), c
     CACHE.mkdir(exist_ok=True)
     path = CACHE / f"{name}_reps{n_reps}_seed{seed}.npz"
+    # Repetition r uses seed + r whatever the count, so a longer cached run's head is exact.
+    longer = sorted(CACHE.glob(f"{name}_reps*_seed{seed}.npz"))
+    longer = [p for p in longer if int(p.name.split("_reps")[1].split("_")[0]) >= n_reps]
+    if not path.exists() and longer:
+        path = longer[0]
     if path.exists():
         z = np.load(path)
         ens = [Ensemble(r, z[f"labels{r}"], z[f"y{r}"], int(z["seeds"][r])) for r in range(n_reps)]
@@ -331,6 +336,12 @@ def main(argv=None) -> None:
     for name in args.datasets:
         n_reps = min(reps, 5) if name.startswith("pool_") else reps
         part = CACHE / f"result_{name}_reps{n_reps}_seed{args.seed}_grid{len(grid)}.json"
+        if args.resume and not part.exists():  # any stored repetition count for this set
+            stored = sorted(
+                CACHE.glob(f"result_{name}_reps*_seed{args.seed}_grid{len(grid)}.json"),
+                key=lambda q: int(q.name.split("_reps")[1].split("_")[0]),
+            )
+            part = stored[-1] if stored else part
         if args.resume and part.exists():
             results[name] = json.loads(part.read_text())
             log(f"{name}: reusing {part} (command: {results[name]['command']})")
