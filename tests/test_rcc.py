@@ -224,3 +224,25 @@ def test_deterministic_given_seed():
     b = RCC(3, random_state=3).fit(labels)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     np.testing.assert_array_equal(a.history_["objective"], b.history_["objective"])
+
+
+def test_eigen_solvers_agree():
+    """The iterative (H, D)-steps used for large n give the dense solver's answer."""
+    y, labels = _noisy_ensemble([60, 50, 40, 30], 8, 0.3, seed=10)
+    ref = RCC(4, eigen_solver="dense", random_state=0).fit(labels)
+    for solver in ("lobpcg", "arpack"):
+        other = RCC(4, eigen_solver=solver, random_state=0).fit(labels)
+        np.testing.assert_allclose(other.eigenvalues_, ref.eigenvalues_, rtol=1e-5)
+        assert ari(ref.labels_, other.labels_) == 1.0
+
+
+def test_bench_table2_protocol(shared_datasets):
+    from adseg.bench_table2 import format_table2, run_table2
+
+    frame = run_table2(["iris"], n_repetitions=2, n_clusterings=5, seed=0)
+    assert set(frame["method"]) >= {"k-means", "KC", "l2", "rcc"}
+    assert frame["error"].isna().all()
+    assert (frame.groupby("method").size() == 2).all()
+    assert frame["acc"].between(0, 1).all()
+    text = format_table2(frame)
+    assert "| iris | raw | 150 |" in text and "paper RCC" in text

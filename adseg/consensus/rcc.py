@@ -165,7 +165,8 @@ def _arpack_top(B, k, start, rng, tol):
 def _lobpcg_top(B, k, start, rng, tol):
     """LOBPCG on the block [previous H, p fresh random guard vectors], run in short rounds until
     the top k Ritz pairs have residual norms ≤ ``tol`` (absolute); falls back to ARPACK from a
-    random start after 6 rounds. The random guards matter: the previous H can be an exact
+    random start after 5 rounds (31 block iterations). The random guards matter: the previous H
+    can be an exact
     invariant subspace of the new B while a new, larger eigenvalue appears elsewhere (the
     multiplier amplifies directions outside H), and a purely warm-started solver would then stop
     at once on the wrong subspace. The guards need not converge themselves (that would cost ~30
@@ -176,10 +177,10 @@ def _lobpcg_top(B, k, start, rng, tol):
     X = rng.standard_normal((n, k + guard))
     if start is not None:
         X[:, :k] = start
-    for _ in range(6):
+    for maxiter in (1, 2, 4, 8, 16):  # near the ADMM's end one step suffices
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # lobpcg warns when maxiter is reached
-            vals, X = spla.lobpcg(B, X, tol=tol, maxiter=5, largest=True)
+            vals, X = spla.lobpcg(B, X, tol=tol, maxiter=maxiter, largest=True)
         order = np.argsort(vals)[::-1]
         vals, X = vals[order], X[:, order]
         top = X[:, :k]
@@ -309,9 +310,11 @@ class RCC(BaseFuser):
             M, K, "dense" if n <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
         )
         d = np.maximum(vals, 0.0)
-        # absolute residual tolerance of LOBPCG / ARPACK: 1e-8 relative to ||M̃||_2 keeps the
-        # eigenvector error well below the ADMM's own tol = 1e-6 on the change of H D Hᵀ
-        iter_tol = 1e-8 * max(float(vals[0]), 1e-300)
+        # Absolute residual tolerance of LOBPCG (inexact ADMM): 1e-2 × the last relative change of
+        # H D Hᵀ, within [1e-3 tol, 1e-4], times ||M̃||_2. Early, when B moves a lot, a loose solve
+        # suffices; near the end it is 1000× below the ADMM's own tol on the change of H D Hᵀ.
+        lam1 = max(float(vals[0]), 1e-300)
+        change = 1.0
         m_norm_f = float(np.sqrt(np.einsum("ij,ij->", M, M)))
         E = np.zeros_like(M)
         Lam = np.zeros_like(M)  # scaled multiplier Ω / μ
@@ -336,6 +339,7 @@ class RCC(BaseFuser):
             _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu)
         for _ in range(int(self.max_iter)):
             # 2. (H, D)-step on the exactly symmetric B (in W)
+            iter_tol = lam1 * min(1e-4, max(1e-3 * self.tol, 1e-2 * change))
             vals, H = _top_eigenpairs(W, K, solver, H, rng, iter_tol)
             d = np.maximum(vals, 0.0)
             G_old, G = G, H * np.sqrt(d)[None, :]

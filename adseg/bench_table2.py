@@ -1,0 +1,246 @@
+"""Seed 003's Table 2 protocol: k-means base clusterings fused by KC, L2CC and RCC, scored by ACC.
+
+Protocol (spec rcc.md §6): for each data set, ``n_repetitions`` ensembles of ``n_clusterings``
+k-means runs (k = the true class count, one k-means++ start per run, each run its own seed);
+items shuffled per repetition with a recorded seed (``adseg.bench.kmeans_ensembles``: repetition r
+uses seed + r for both the k-means seeds and the item permutation); every fuser gets the very same
+label matrix; ACC = Hungarian clustering accuracy. "k-means" is the mean ACC of the ensemble's
+own base clusterings.
+
+Features. Dense UCI sets: ``preprocessing="raw"`` (as distributed) or ``"standardized"``
+(zero mean, unit variance per feature; the paper states none, and k-means 0.68 on Wine suggests
+raw). Text sets are TF-IDF with unit-length rows in both modes (standardising sparse term
+weights is not meaningful): ``cstr`` as distributed; ``reuters10`` from the raw text: a random
+subsample of 2,900 documents (seeded; the paper's Reuters is 2900×1000, 10 largest categories),
+``TfidfVectorizer(max_features=1000, stop_words="english", sublinear_tf=True)``.
+
+Entry point for ``adseg bench consensus``::
+
+    run_table2(datasets=TABLE2_DATASETS, n_repetitions=10, n_clusterings=40, seed=0,
+               preprocessing="raw") -> pandas.DataFrame   # one row per (set, repetition, method)
+    format_table2(frame) -> str                          # Markdown, paper's numbers beside ours
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from adseg.bench import Ensemble, evaluate, kmeans_ensembles
+from adseg.consensus.l2 import KC, L2CC
+from adseg.consensus.rcc import RCC
+from adseg.datasets import load_dataset, load_reuters10
+
+__all__ = [
+    "PAPER_TABLE2",
+    "TABLE2_DATASETS",
+    "default_methods",
+    "format_table2",
+    "load_table2_features",
+    "run_table2",
+    "table2_ensembles",
+]
+
+TABLE2_DATASETS = ("cstr", "glass", "ionosphere", "iris", "reuters10", "soybean", "wine", "zoo")
+PREPROCESSING = ("raw", "standardized")
+REUTERS_N_DOCS = 2900
+REUTERS_N_TERMS = 1000
+
+PAPER_COLUMNS = ("k-means", "KC", "CSPA", "HPGA", "NMFC", "WCC", "L2CC", "RCC", "ES", "CorC")
+PAPER_TABLE2: dict[str, tuple[float, ...]] = {
+    # seed 003, Table 2 (ACC), columns as PAPER_COLUMNS
+    "cstr": (0.45, 0.38, 0.50, 0.62, 0.56, 0.64, 0.61, 0.65, 0.64, 0.61),
+    "glass": (0.38, 0.45, 0.43, 0.40, 0.49, 0.49, 0.49, 0.52, 0.52, 0.50),
+    "ionosphere": (0.70, 0.71, 0.68, 0.52, 0.71, 0.71, 0.71, 0.72, 0.71, 0.70),
+    "iris": (0.83, 0.72, 0.86, 0.69, 0.89, 0.89, 0.86, 0.89, 0.88, 0.86),
+    "reuters10": (0.45, 0.44, 0.43, 0.44, 0.43, 0.44, 0.43, 0.45, 0.44, 0.43),
+    "soybean": (0.72, 0.82, 0.70, 0.81, 0.89, 0.91, 0.76, 1.00, 0.98, 0.95),
+    "wine": (0.68, 0.68, 0.69, 0.52, 0.70, 0.72, 0.65, 0.96, 0.84, 0.89),
+    "zoo": (0.61, 0.59, 0.56, 0.58, 0.62, 0.70, 0.80, 0.84, 0.79, 0.82),
+}
+
+FuserFactory = Callable[[int, int], object]
+
+
+def default_methods() -> dict[str, FuserFactory]:
+    """The fusers of the table: KC, l2 and rcc at their defaults (normalised co-association), and
+    the unnormalised forms (the paper's Eq. 10 M̃) as the evidence for the normalisation default."""
+    return {
+        "KC": lambda k, s: KC(k, random_state=s),
+        "l2": lambda k, s: L2CC(k, random_state=s),
+        "rcc": lambda k, s: RCC(k, random_state=s),
+        "l2 (unnormalised)": lambda k, s: L2CC(k, normalize=False, random_state=s),
+        "rcc (unnormalised)": lambda k, s: RCC(k, normalize=False, random_state=s),
+    }
+
+
+def load_table2_features(
+    name: str, preprocessing: str = "raw", seed: int = 0
+) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
+    """Features and 0-based classes of one Table 2 set, preprocessed as the module docstring says.
+    Returns (X (n, d) dense or CSR, y (n,))."""
+    if preprocessing not in PREPROCESSING:
+        raise ValueError(f"preprocessing must be one of {PREPROCESSING}; got {preprocessing!r}.")
+    if name == "reuters10":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        texts, y = load_reuters10()
+        rng = np.random.default_rng(seed)
+        keep = np.sort(rng.choice(len(texts), size=min(REUTERS_N_DOCS, len(texts)), replace=False))
+        vec = TfidfVectorizer(max_features=REUTERS_N_TERMS, stop_words="english", sublinear_tf=True)
+        X = vec.fit_transform([texts[i] for i in keep]).tocsr()
+        _, y = np.unique(y[keep], return_inverse=True)
+        return X, y.astype(np.int64)
+    ds = load_dataset(name)
+    if ds.X is None:
+        raise ValueError(f"{name!r} has no feature matrix (Table 2 needs features).")
+    X = ds.X
+    if sp.issparse(X):
+        from sklearn.preprocessing import normalize
+
+        return normalize(X.tocsr()), ds.y  # text: unit-length TF-IDF rows in both modes
+    if preprocessing == "standardized":
+        from sklearn.preprocessing import StandardScaler
+
+        X = StandardScaler().fit_transform(X)
+    return np.asarray(X, dtype=np.float64), ds.y
+
+
+def table2_ensembles(
+    name: str,
+    *,
+    n_repetitions: int = 10,
+    n_clusterings: int = 40,
+    seed: int = 0,
+    preprocessing: str = "raw",
+) -> tuple[list[Ensemble], int]:
+    """The base clusterings of one set: ``n_repetitions`` ensembles of ``n_clusterings`` k-means
+    runs, items shuffled with seed + repetition. Returns (ensembles, n_classes)."""
+    X, y = load_table2_features(name, preprocessing, seed)
+    k = int(np.unique(y).size)
+    ens = kmeans_ensembles(
+        X, y, n_repetitions=n_repetitions, size=n_clusterings, n_clusters=k, seed=seed
+    )
+    return ens, k
+
+
+def run_table2(
+    datasets: Iterable[str] = TABLE2_DATASETS,
+    n_repetitions: int = 10,
+    n_clusterings: int = 40,
+    seed: int = 0,
+    preprocessing: str | Iterable[str] = "raw",
+    methods: Mapping[str, FuserFactory] | None = None,
+    progress: Callable[[str], None] | None = None,
+    external: Callable[[list[Ensemble], int], pd.DataFrame] | None = None,
+) -> pd.DataFrame:
+    """Run the Table 2 protocol.
+
+    Parameters
+    ----------
+    datasets : names from TABLE2_DATASETS (any feature set of shared/datasets works).
+    n_repetitions, n_clusterings : ensembles per set and k-means runs per ensemble.
+    seed : base seed; repetition r uses seed + r (k-means seeds and the item shuffle).
+    preprocessing : "raw", "standardized", or several of them.
+    methods : name → factory(n_clusters, seed) of fusers; default ``default_methods()``.
+    progress : optional callback receiving one line per finished (set, preprocessing).
+    external : optional callback (ensembles, n_clusters) → frame with the columns of
+        ``adseg.bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods
+        run outside this process on the very same base clusterings (the peer library).
+
+    Returns
+    -------
+    DataFrame, one row per (dataset, preprocessing, repetition, method) with columns dataset,
+    preprocessing, n_items, n_classes, repetition, seed, method ("k-means" = mean of the base
+    clusterings), acc, nmi, ari, seconds, error.
+    """
+    methods = dict(default_methods() if methods is None else methods)
+    preps = [preprocessing] if isinstance(preprocessing, str) else list(preprocessing)
+    frames = []
+    for name in datasets:
+        for prep in preps:
+            ens, k = table2_ensembles(
+                name,
+                n_repetitions=n_repetitions,
+                n_clusterings=n_clusterings,
+                seed=seed,
+                preprocessing=prep,
+            )
+            frame = evaluate(ens, methods, k)
+            if external is not None:
+                frame = pd.concat([frame, external(ens, k)], ignore_index=True)
+            frame["method"] = frame["method"].replace({"base (mean)": "k-means"})
+            frame.insert(0, "dataset", name)
+            frame.insert(1, "preprocessing", prep)
+            frame.insert(2, "n_items", ens[0].y.size)
+            frame.insert(3, "n_classes", k)
+            frame["seed"] = frame["repetition"] + seed
+            frames.append(frame)
+            if progress is not None:
+                means = frame.groupby("method", sort=False)["acc"].mean()
+                progress(f"{name} ({prep}): " + ", ".join(f"{m} {v:.3f}" for m, v in means.items()))
+    out = pd.concat(frames, ignore_index=True)
+    if "error" not in out:
+        out["error"] = None
+    return out
+
+
+def summarize_table2(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std of ACC and mean seconds per (dataset, preprocessing, method)."""
+    ok = frame[frame["error"].isna()]
+    g = ok.groupby(["dataset", "preprocessing", "method"], sort=False)
+    return g.agg(
+        acc_mean=("acc", "mean"),
+        acc_std=("acc", lambda s: float(np.std(s))),
+        seconds=("seconds", "mean"),
+        runs=("acc", "size"),
+    ).reset_index()
+
+
+def format_table2(
+    frame: pd.DataFrame,
+    *,
+    paper: bool = True,
+    methods: Iterable[str] | None = None,
+    digits: int = 3,
+) -> str:
+    """Markdown table: one row per (dataset, preprocessing), ACC mean ± std per method, the paper's
+    k-means / KC / L2CC / RCC beside them, and a final row with the mean ACC over the sets."""
+    summ = summarize_table2(frame)
+    if methods is None:
+        methods = list(dict.fromkeys(summ["method"]))
+    methods = list(methods)
+    paper_cols = ("k-means", "KC", "L2CC", "RCC")
+    head = ["dataset", "prep", "n"] + methods
+    if paper:
+        head += [f"paper {c}" for c in paper_cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    means: dict[str, list[float]] = {m: [] for m in methods}
+    for (name, prep), part in summ.groupby(["dataset", "preprocessing"], sort=False):
+        row = [name, prep, str(int(frame.loc[frame["dataset"] == name, "n_items"].iloc[0]))]
+        by = part.set_index("method")
+        for m in methods:
+            if m in by.index:
+                mu, sd = by.loc[m, "acc_mean"], by.loc[m, "acc_std"]
+                row.append(f"{mu:.{digits}f} ± {sd:.{digits}f}")
+                means[m].append(float(mu))
+            else:
+                row.append("—")
+        if paper:
+            vals = PAPER_TABLE2.get(name)
+            for c in paper_cols:
+                row.append(f"{vals[PAPER_COLUMNS.index(c)]:.2f}" if vals else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    foot = ["**mean**", "", ""] + [
+        f"**{np.mean(v):.{digits}f}**" if v else "—" for v in means.values()
+    ]
+    if paper:
+        sets = list(dict.fromkeys(summ["dataset"]))
+        for c in paper_cols:
+            vals = [PAPER_TABLE2[s][PAPER_COLUMNS.index(c)] for s in sets if s in PAPER_TABLE2]
+            foot.append(f"{np.mean(vals):.3f}" if vals else "—")
+    lines.append("| " + " | ".join(foot) + " |")
+    return "\n".join(lines)
