@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def worker(n: int, orientation: str, final: str, seed: int) -> dict:
+def worker(n: int, orientation: str, final: str, seed: int, max_iter: int) -> dict:
     import resource
 
     import numpy as np
@@ -44,10 +44,31 @@ def worker(n: int, orientation: str, final: str, seed: int) -> dict:
     labels, y = data.members[np.ix_(items, cols)], data.y[items]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     wall, cpu = time.perf_counter(), time.process_time()
-    fuser = LTA(data.n_classes, orientation=orientation, final=final, random_state=seed)
+    fuser = LTA(
+        data.n_classes, orientation=orientation, final=final, max_iter=max_iter, random_state=seed
+    )
     pred = fuser.fit_predict(labels)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # one g×g symmetric eigendecomposition (the frontal solver does two per iteration once the
+    # threshold falls below the spectrum) and one sample-orientation SVT of two n×n arrays
+    import scipy.linalg as sla
+
+    from adseg.consensus.lta import svt_sample
+
+    R = rng.normal(size=(fuser.n_cells_, fuser.n_cells_))
+    R += R.T
+    t = time.process_time()
+    sla.eigh(R, driver="evd", overwrite_a=True, check_finite=False)
+    eigh_cpu = time.process_time() - t
+    del R
+    eigh_cpu = eigh_cpu if orientation == "frontal" else float("nan")
+    svt_cpu = float("nan")
+    if orientation == "sample":
+        T = rng.random((labels.shape[0], labels.shape[0]))
+        t = time.process_time()
+        svt_sample(T, T.T.copy(), 1.0)
+        svt_cpu = time.process_time() - t
     return {
         "n": int(labels.shape[0]),
         "orientation": orientation,
@@ -59,6 +80,8 @@ def worker(n: int, orientation: str, final: str, seed: int) -> dict:
         "cpu_s": cpu,
         "peak_rss_mib": peak / 1024,
         "rss_before_fit_mib": rss_before / 1024,
+        "eigh_g_cpu_s": eigh_cpu,
+        "svt_sample_cpu_s": svt_cpu,
         "acc_shuffled": clustering_accuracy(y, pred),
         "nmi_shuffled": nmi(y, pred),
     }
@@ -72,7 +95,7 @@ def machine() -> str:
             return "?"
 
     return (
-        f"{platform.platform()}; nproc {sh(['nproc'])}; "
+        f"{platform.platform()}; {os.cpu_count()} CPUs; "
         f"memory {sh(['free', '-g']).splitlines()[1].split()[1] if sh(['free', '-g']) else '?'} GiB"
     )
 
@@ -85,24 +108,34 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="sizes 300 600 only")
+    ap.add_argument(
+        "--probe-sizes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="sizes run as probes capped at --probe-iter iterations (per-iteration cost)",
+    )
+    ap.add_argument("--probe-iter", type=int, default=40)
     ap.add_argument("--output", type=Path, default=RESULTS / "lta_scaling.md")
+    ap.add_argument("--max-iter", type=int, default=500, help=argparse.SUPPRESS)
     ap.add_argument(
         "--worker", nargs=3, metavar=("N", "ORIENTATION", "FINAL"), help=argparse.SUPPRESS
     )
     args = ap.parse_args(argv)
     if args.worker:
         n, orientation, final = args.worker
-        print(json.dumps(worker(int(n), orientation, final, args.seed)))
+        print(json.dumps(worker(int(n), orientation, final, args.seed, args.max_iter)))
         return
     sizes = [300, 600] if args.quick else args.sizes
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(args.threads)
     rows = []
-    for n in sizes:
+    plan = [(n, 500) for n in sizes] + [(n, args.probe_iter) for n in args.probe_sizes]
+    for n, max_iter in plan:
         for orientation in args.orientations:
             load = os.getloadavg()[0]
-            cmd = [sys.executable, __file__, "--seed", str(args.seed)]
+            cmd = [sys.executable, __file__, "--seed", str(args.seed), "--max-iter", str(max_iter)]
             cmd += ["--worker", str(n), orientation, args.final]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if proc.returncode != 0:
@@ -110,6 +143,7 @@ def main(argv=None) -> None:
             else:
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
             row["load_1min"] = load
+            row["max_iter"] = max_iter
             rows.append(row)
             print(row, flush=True)
     write_report(rows, args, sizes)
@@ -131,9 +165,10 @@ def write_report(rows, args, sizes) -> None:
         "on the load (1-minute load average in the last column); CPU seconds are the steadier "
         "measure.",
         "",
-        "| n | orientation | cells g | iterations | converged | wall s | CPU s | peak RSS MiB "
-        "| RSS before fit MiB | ACC (shuffled) | NMI | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| n | orientation | cells g | iterations | converged | wall s | CPU s | CPU s / iter "
+        "| one g×g eigh / one n×n sample SVT, CPU s | peak RSS MiB | RSS before fit MiB "
+        "| ACC (shuffled) | NMI | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
@@ -141,7 +176,10 @@ def write_report(rows, args, sizes) -> None:
             continue
         lines.append(
             f"| {r['n']} | {r['orientation']} | {r['cells_g']} | {r['iterations']} | "
-            f"{r['converged']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+            f"{r['converged']}{' (probe)' if r['max_iter'] < 500 else ''} | {r['wall_s']:.1f} | "
+            f"{r['cpu_s']:.1f} | {r['cpu_s'] / r['iterations']:.2f} | "
+            f"{r['eigh_g_cpu_s'] if r['orientation'] == 'frontal' else r['svt_sample_cpu_s']:.2f}"
+            f" | {r['peak_rss_mib']:.0f} | "
             f"{r['rss_before_fit_mib']:.0f} | {r['acc_shuffled']:.3f} | {r['nmi_shuffled']:.3f} | "
             f"{r['load_1min']:.1f} |"
         )
