@@ -569,8 +569,10 @@ def _compact(labels: np.ndarray) -> np.ndarray:
 
 
 def _n_distinct_rows(x) -> int:
-    dense = x.toarray() if sp.issparse(x) else np.asarray(x)
-    return int(np.unique(np.round(dense, 12), axis=0).shape[0])
+    """Distinct rows of a dense or sparse (n, d) matrix, via two fixed random projections (no
+    dense copy of a sparse matrix); distinct rows collide with probability 0."""
+    proj = x @ np.random.default_rng(0).normal(size=(x.shape[1], 2))
+    return int(np.unique(np.round(np.asarray(proj), 10), axis=0).shape[0])
 
 
 def _check_affinity(affinity) -> np.ndarray:

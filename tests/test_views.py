@@ -222,6 +222,8 @@ def test_text_view_missing_descriptions():
     assert lab[0] == lab[4] and lab[3] == lab[5] and lab[0] != lab[3]
     # k capped at the number of distinct usable documents
     assert tv.columns["n_clusters"][1] <= 4 and tv.columns["n_excluded"][0] == 3
+    raw = text_view(docs, ViewConfig(text_ks=(2,), text_components=None, n_init=2), 0)
+    assert ari(raw.labels[[0, 3, 4, 5], 0], lab[[0, 3, 4, 5]]) == 1.0
     with pytest.warns(RuntimeWarning, match="text view"):
         empty = text_view(["", None], ViewConfig())
     assert empty.labels.shape == (2, 0)
