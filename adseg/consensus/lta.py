@@ -141,11 +141,15 @@ def svt_sample(T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, 
         "fj,fj->f", V1[..., 1], V2[..., 0]
     )
     w11, w12, w21, w22 = _gram_svt_weights(a, d, b_re + 1j * b_im, tau)
+    # G'_f = G_f W_f, with one spare half spectrum
+    tmp = np.multiply(F2, w21[:, None])
     out1 = F1 * w11[:, None]
-    out1 += F2 * w21[:, None]
-    F2 *= w22[:, None]
-    F2 += F1 * w12[:, None]
+    out1 += tmp
+    np.multiply(F1, w12[:, None], out=tmp)
     del F1
+    F2 *= w22[:, None]
+    F2 += tmp
+    del tmp
     P1 = sfft.irfft(out1, n=n, axis=0, workers=-1)
     del out1
     P2 = sfft.irfft(F2, n=n, axis=0, workers=-1)
@@ -273,6 +277,7 @@ def _admm(
         W2 -= E
         W2 += C
         W2 *= 0.5
+        P1 = P2 = None  # the SVT needs only its targets; free the old iterates first
         P1, P2 = svt(W1, W2, tau)
         # E-step (Eq. 15)
         np.subtract(A, P2, out=E)
