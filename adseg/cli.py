@@ -441,7 +441,7 @@ def views_command(
     seed: Annotated[int, typer.Option(help="Seed of every random step.")] = 0,
     min_samples: Annotated[
         int, typer.Option(help="Fewer samples than this: left out of a KS view (label -1).")
-    ] = 5,
+    ] = 20,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:

@@ -77,7 +77,7 @@ class NightlyConfig:
     methods: tuple[str, ...] = ("segment", "blended")
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
     single_view_alpha: float = 0.05
-    min_samples: int = 5
+    min_samples: int = 20
     truth_path: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -229,11 +229,43 @@ def fuse(
     return segmentations, seconds, errors
 
 
+def attach_excluded(labels: np.ndarray, samples: list[np.ndarray]) -> np.ndarray:
+    """Give each advertiser left out of a KS view (label -1, too few samples) the segment whose
+    pooled samples are closest to its own by the KS statistic; advertisers with no sample at all
+    stay -1 (the forecast then uses the global c.d.f.).
+
+    Cost: one KS matrix over (excluded advertisers + K segment pools) — small next to the view."""
+    from adseg.landscape import ks_statistic_matrix
+
+    out = labels.copy()
+    sizes = np.array([len(s) for s in samples])
+    excluded = np.flatnonzero((labels < 0) & (sizes > 0))
+    segments = np.unique(labels[labels >= 0])
+    if excluded.size == 0 or segments.size == 0:
+        return out
+    order = np.argsort(labels, kind="stable")
+    starts = np.searchsorted(labels[order], segments)
+    ends = np.searchsorted(labels[order], segments, side="right")
+    pools = [
+        np.concatenate([samples[i] for i in order[a:b]]) for a, b in zip(starts, ends, strict=True)
+    ]
+    stats = ks_statistic_matrix([samples[i] for i in excluded] + pools)
+    nearest = np.argmin(stats[: excluded.size, excluded.size :], axis=1)
+    out[excluded] = segments[nearest]
+    return out
+
+
 def single_view_segmentations(
-    labels: np.ndarray, columns: pd.DataFrame, n_segments: int, alpha: float
+    labels: np.ndarray,
+    columns: pd.DataFrame,
+    n_segments: int,
+    alpha: float,
+    samples: dict[str, list[np.ndarray]] | None = None,
 ) -> dict[str, np.ndarray]:
     """The paper's single-view sources: each KS view's clustering at ``alpha``; for text, the
-    text clustering whose cluster count is closest to ``n_segments``."""
+    text clustering whose cluster count is closest to ``n_segments``. With ``samples`` (view →
+    per-advertiser samples), advertisers left out of a KS view join their nearest segment
+    (:func:`attach_excluded`), so a single-view source segments everyone it can."""
     out = {}
     for source, view in SINGLE_VIEW_SOURCES.items():
         cols = columns[columns["view"] == view]
@@ -244,7 +276,10 @@ def single_view_segmentations(
         else:
             match = cols[cols["parameter"].astype(str) == f"alpha={alpha:g}"]
             j = int((match if not match.empty else cols).index[0])
-        out[source] = labels[:, j]
+        column = labels[:, j]
+        if samples is not None and view in samples:
+            column = attach_excluded(column, samples[view])
+        out[source] = column
     return out
 
 
@@ -355,7 +390,11 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
             labels, names, n_segments, config.seed, config.primary_fuser, progress
         )
         segmentations = single_view_segmentations(
-            labels, columns, n_segments, config.single_view_alpha
+            labels,
+            columns,
+            n_segments,
+            config.single_view_alpha,
+            {"win_rate": data.win_samples, "ecpm_cost": data.cost_samples},
         )
         segmentations.update(fused)
         if config.truth_path:
