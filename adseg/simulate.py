@@ -67,6 +67,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import io
+import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -152,6 +153,8 @@ class MarketplaceConfig:
         auctions per advertiser over the training window.
     min_train_samples, max_train_samples : clip of that expectation.
     median_daily_supply, supply_sigma : log-normal law of the daily bid requests.
+    vertical_price_range : the verticals' median market prices are spread log-evenly over this
+        eCPM range.
     qualifier_price_sigma, segment_price_sigma : log-sd of the qualifier's shift of the vertical's
         price level, and of the segment's own deviation on top.
     segment_shape_sigma : log-sd of a segment's shape parameters around its vertical's.
@@ -179,6 +182,7 @@ class MarketplaceConfig:
     max_train_samples: float = 6000.0
     median_daily_supply: float = 3e5
     supply_sigma: float = 1.8
+    vertical_price_range: tuple[float, float] = (0.4, 5.0)
     qualifier_price_sigma: float = 0.15
     segment_price_sigma: float = 0.08
     segment_shape_sigma: float = 0.1
@@ -212,6 +216,11 @@ class MarketplaceConfig:
         except (TypeError, ValueError):
             need(False, f"start_date must be YYYY-MM-DD; got {self.start_date!r}.")
         need(0 <= int(self.price_decimals) <= 4, "price_decimals must be in [0, 4].")
+        vr = np.asarray(self.vertical_price_range, dtype=np.float64)
+        need(
+            vr.shape == (2,) and np.all(np.isfinite(vr)) and 0 < vr[0] <= vr[1],
+            f"vertical_price_range must be (low, high) with 0 < low ≤ high; got {vr.tolist()}.",
+        )
         mix = np.asarray(self.text_mix, dtype=np.float64)
         need(
             mix.shape == (4,) and np.all(np.isfinite(mix)) and np.all(mix >= 0) and mix.sum() > 0,
@@ -401,7 +410,8 @@ def _segments(cfg: MarketplaceConfig, rng: np.random.Generator) -> pd.DataFrame:
     # its own deviation of level and shape. Text that finds the vertical and, sometimes, the
     # qualifier thus carries real but partial price information.
     nv = len(verticals)
-    vertical_level = rng.permutation(np.linspace(np.log(0.4), np.log(5.0), nv))
+    lo, hi = np.log(np.asarray(cfg.vertical_price_range, dtype=np.float64))
+    vertical_level = rng.permutation(np.linspace(lo, hi, nv))
     qualifier_shift = rng.normal(0.0, cfg.qualifier_price_sigma, len(qualifiers))
     v_sigma1 = rng.uniform(0.3, 0.65, nv)
     v_tail = rng.uniform(0.4, 1.2, nv)
@@ -878,14 +888,6 @@ def write_marketplace(
     paths["truth"] = out / "truth.csv"
     paths["truth"].write_bytes(_csv_bytes(frames["truth"]))
     paths["config"] = out / "config.json"
-    items = ",\n".join(f'  "{k}": {_json(v)}' for k, v in asdict(market.config).items())
-    paths["config"].write_text("{\n" + items + "\n}\n", encoding="utf-8")
+    text = json.dumps(asdict(market.config), indent=2, ensure_ascii=False) + "\n"
+    paths["config"].write_text(text, encoding="utf-8")
     return paths
-
-
-def _json(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value + '"'
-    return repr(value)

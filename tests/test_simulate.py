@@ -361,3 +361,15 @@ def test_segment_pooling_beats_own_samples_for_small_advertisers():
     assert m_seg < 0.5 * m_own, (m_seg, m_own)
     assert mape(actual[ok], glob[ok]) > 3 * mape(actual[ok], seg[ok])
     assert mape(actual[ok], oracle[ok]) < 0.3 * mape(actual[ok], seg[ok])
+
+
+def test_config_json_round_trips(tmp_path, small):
+    """config.json is valid JSON and rebuilds the configuration that wrote it."""
+    import json
+
+    paths = write_marketplace(small, tmp_path)
+    raw = json.loads(paths["config"].read_text(encoding="utf-8"))
+    rebuilt = MarketplaceConfig(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    )
+    assert rebuilt == small.config
