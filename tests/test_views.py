@@ -107,32 +107,37 @@ def block_graph(sizes, n_isolated=0, noise=0.0, seed=0):
     return full, np.r_[truth, len(sizes) + np.arange(n_isolated)]
 
 
-def test_normalized_cut_recovers_blocks_with_eigengap():
+@pytest.mark.parametrize("rule", ["bethe_hessian", "eigengap"])
+def test_normalized_cut_recovers_noisy_blocks(rule):
     a, truth = block_graph([30, 20, 25], noise=0.05)
-    model = NormalizedCutClustering(random_state=0).fit(a)
+    model = NormalizedCutClustering(k_selection=rule, random_state=0).fit(a)
     assert model.n_clusters_ == 3
     assert ari(truth, model.labels_) == 1.0
     assert model.eigenvalues_[0] == pytest.approx(1.0)
     assert model.n_components_ == 1 and model.modularity_ > 0.5
 
 
-def test_normalized_cut_disconnected_and_isolated():
+@pytest.mark.parametrize("rule", ["bethe_hessian", "eigengap", "modularity"])
+def test_normalized_cut_disconnected_and_isolated(rule):
     a, truth = block_graph([15, 15, 10], n_isolated=4)
-    model = NormalizedCutClustering(k_range=(2, 10), random_state=0).fit(a)
+    model = NormalizedCutClustering(k_range=(2, 10), k_selection=rule, random_state=0).fit(a)
     assert model.n_components_ == 7 and model.n_isolated_ == 4
-    # seven components, each its own cluster: eigenvalue 1 seven times, then the gap
+    # three cliques and four singletons (isolated nodes are their own clusters)
     assert model.n_clusters_ == 7
     assert ari(truth, model.labels_) == 1.0
-    # fewer clusters than components: still a valid labelling, the cliques kept whole
-    fixed = NormalizedCutClustering(n_clusters=3, random_state=0).fit(a)
-    assert fixed.n_clusters_ <= 3 and fixed.labels_.shape == truth.shape
+    # fewer clusters than components: cliques are merged whole, never split
+    fixed = NormalizedCutClustering(n_clusters=2, random_state=0).fit(a)
+    assert fixed.n_clusters_ == 2 + 4
     for c in range(3):
         assert np.unique(fixed.labels_[truth == c]).size == 1
+    assert np.unique(fixed.labels_[truth < 3]).size == 2
     # a node with no self-loop and no edge (degree 0) must not divide by zero
     b = a.copy()
     b[-1, -1] = 0.0
-    labels = NormalizedCutClustering(n_clusters=4, random_state=0).fit_predict(b)
-    assert labels.shape == (b.shape[0],)
+    labels = NormalizedCutClustering(random_state=0).fit_predict(b)
+    assert ari(truth, labels) == 1.0
+    # no edges at all: every node alone
+    assert NormalizedCutClustering().fit(np.eye(5)).n_clusters_ == 5
 
 
 def test_normalized_cut_modularity_selection_and_validation():
