@@ -268,7 +268,8 @@ with a running max; n² G / 2 element operations) kept as a cross-check.
         text += f"""
 ## The views on the simulated marketplace (adseg.views.build_base_clusterings, defaults)
 
-ViewConfig() defaults: α ∈ (0.01, 0.05, 0.1), min_samples 5, eigengap k in [2, 80], k-means
+ViewConfig() defaults: α ∈ (0.01, 0.05, 0.1), min_samples 5, the number of clusters of each KS
+graph from its Bethe Hessian clipped to [2, 80] (isolated advertisers are singletons), k-means
 discretisation (10 starts), text k ∈ (10, 20, 40). Total {total1:.1f} s with one BLAS thread
 (`blas_threads=1`, the default), {total_n:.1f} s with the process's default BLAS threading
 (`blas_threads=None`): BLAS/OpenMP threads spin-wait on the loaded 2 cores in the partial
@@ -279,10 +280,9 @@ column.
 {_md(cols1)}
 
 Table 4 (clusters per view and α). Paper, 1,268 real advertisers: win rate 65 / 47 / 32, eCPM
-73 / 51 / 40 at α = 0.01 / 0.05 / 0.1. The eigengap picks far fewer clusters here (the binary KS
-graph of small samples is dense and its spectrum decays smoothly), and our counts rise with α (a
-sparser graph splits more) where the paper's fall; fix `ViewConfig.n_clusters` or use
-`k_selection="modularity"` to change the choice (see the adseg/views.py docstring).
+73 / 51 / 40 at α = 0.01 / 0.05 / 0.1. Our counts are lower and rise with α (a sparser graph
+splits more) where the paper's fall. The eigengap would pick fewer still (3 / 11 / 12 and
+7 / 7 / 8 on this marketplace; `k_selection="eigengap"`), see the adseg/views.py docstring.
 
 {_md(table4)}
 
