@@ -223,7 +223,9 @@ class TRCE(BaseFuser):
         history: list[dict] = []
         z = -1
 
-        def iterate(t: int, gamma: float, rho: float, F: np.ndarray, alpha: np.ndarray):
+        def iterate(t: int, gamma, rho: float, F: np.ndarray, alpha: np.ndarray, d: np.ndarray):
+            # d (n, m) holds the KL terms of the current B (computed at the end of the previous
+            # iteration, or from A⁰), so the w-step needs no extra pass over n×n.
             b = d @ alpha
             if gamma is None:  # "quantile" start (spec §3.8 R2), decided on the first b
                 q = max(1, min(n // int(self.max_iter), n))
@@ -237,7 +239,7 @@ class TRCE(BaseFuser):
             B, _ = solve_b(H, G, rho)
             del H
             A = project_simplex_rows(B - (rho / (2.0 * self.lam)) * G) if self.noise else B
-            ev, F_new = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
+            _, F_new = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
             d_new = base.kl_rows(B)
             if self.learn_alpha:
                 alpha = alpha_step((w**2) @ d_new)
@@ -256,7 +258,7 @@ class TRCE(BaseFuser):
 
         t = 0
         for t in range(1, int(self.max_iter) + 1):
-            A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha)
+            A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha, d)
             if z == c and t >= self.min_iter:
                 break
             gamma *= self.gamma_growth
@@ -267,7 +269,7 @@ class TRCE(BaseFuser):
                 if z == c:
                     break
                 t += 1
-                A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha)
+                A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha, d)
 
         comp = count_components(A, return_labels=True)[1]
         self.n_components_ = int(z)
