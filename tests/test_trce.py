@@ -12,6 +12,7 @@ from adseg.consensus.trce import (
     TRCE,
     _BaseGraphs,
     _laplacian,
+    _merge_components,
     _objective,
     _smallest_eigenpairs,
     alpha_step,
@@ -447,3 +448,14 @@ def test_dense_and_arpack_solvers_agree():
     a = TRCE(3, eigen_solver="dense").fit(labels)
     b = TRCE(3, eigen_solver="arpack").fit(labels)
     assert ari(a.labels_, b.labels_) > 0.95
+
+
+def test_merge_fallback_unions_whole_components():
+    rng = np.random.RandomState(19)
+    p = _partition(40, 4, rng)
+    coarse = np.where(p < 2, 0, 1)
+    M = _BaseGraphs.from_labels(np.column_stack([p, coarse, coarse])).weighted(np.ones(3))
+    merged = _merge_components(p, M, 2)
+    # each merged cluster is a union of whole components, joined where co-association is high
+    assert ari(coarse, merged) == pytest.approx(1.0)
+    assert _merge_components(p, M, 4).max() == 3
