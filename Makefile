@@ -26,8 +26,10 @@ demo: $(BIN)/adseg
 	$(BIN)/adseg ingest $(MARKET)
 	$(BIN)/adseg nightly --truth $(MARKET)/truth.csv --report-html $(DATA)/report.html
 
+# one BLAS thread per process: CI and developer machines are small and shared, and threaded BLAS
+# spin-waits badly under load (20x slower dense eigensolvers measured)
 test: $(BIN)/adseg
-	$(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest
 
 lint: $(BIN)/adseg
 	$(BIN)/ruff check adseg tests benchmarks migrations

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from sqlalchemy import Engine
+from threadpoolctl import threadpool_limits
 
 from adseg import __version__
 from adseg.consensus import FUSERS
@@ -79,6 +80,7 @@ class NightlyConfig:
     single_view_alpha: float = 0.05
     min_samples: int = 20
     truth_path: str | None = None
+    blas_threads: int | None = 1
     extra: dict = field(default_factory=dict)
 
     def fuser_names(self) -> list[str]:
@@ -349,7 +351,10 @@ def run_nightly(
             code_version=__version__,
         )
         store.set_lock_run(engine, "nightly", holder, run_id)
-        return _run_stages(engine, run_id, windows, config, names, timings, progress)
+        # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
+        # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
+        with threadpool_limits(limits=config.blas_threads):
+            return _run_stages(engine, run_id, windows, config, names, timings, progress)
     except BaseException as exc:
         if run_id is not None:
             message = f"{type(exc).__name__}: {exc}"

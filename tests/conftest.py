@@ -7,6 +7,16 @@ import pytest
 from adseg.datasets import shared_dir
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """One BLAS thread for the whole session (also when pytest is run without `make test`):
+    threaded BLAS spin-waits on a loaded 2-core machine and made dense eigensolvers ~20× slower."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield
+
+
 @pytest.fixture(scope="session")
 def shared_datasets():
     """Skip the test cleanly when ../shared/datasets is absent (a user's fresh clone)."""
