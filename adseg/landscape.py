@@ -140,13 +140,14 @@ def ks_statistic_matrix(
     method : "points" (directed maxima at each sample's own distinct values; default) or "grid"
         (every pair on the pooled grid of distinct values; slower unless samples are dense on a
         small grid). Both are exact.
-    precision : "auto" (default) or "float64", for method="points". "auto" runs the scan in
-        float32 (half the memory traffic, ≈ 1.5× faster) and then snaps each D_ij to the nearest
-        multiple of 1 / lcm(m_i, m_j): the float32 error is ≤ 3 · 2⁻²⁵ < 1 / (2 lcm) whenever
-        lcm ≤ 2²¹, so the snapped value is the exact statistic; pairs with a larger lcm (both
-        samples large, sizes coprime) are recomputed in float64 on the sub-matrix of the samples
-        involved (all of it in float64 if they are more than half the samples). Same result as
-        "float64", bit for bit.
+    precision : "auto" (default) or "float64", for method="points". When the scan is large
+        (n · P > 2·10⁸, P = Σ_i |U_i|; else "auto" is "float64"), "auto" runs it in float32 (half
+        the memory traffic, ≈ 1.5× faster) and snaps each D_ij to the nearest multiple of
+        1 / lcm(m_i, m_j): the float32 error is ≤ 3 · 2⁻²⁵ < 1 / (2 lcm) whenever lcm ≤ 2²¹, so
+        the snapped value is the exact statistic; pairs with a larger lcm (both samples large,
+        sizes coprime) are recomputed in float64 on the sub-matrix of the samples involved (all
+        of it in float64 if they are more than half the samples). Same result as "float64", bit
+        for bit.
     memory_mb : budget for the block tables (the e.c.d.f. table of one column block for "points",
         the (G, n) e.c.d.f. table for "grid", which raises if it does not fit). The n×n result is
         extra.
@@ -168,7 +169,10 @@ def ks_statistic_matrix(
     chunk_elements = int(chunk_elements)
     if precision not in ("auto", "float64"):
         raise ValueError(f"precision must be 'auto' or 'float64'; got {precision!r}.")
-    if method == "points" and precision == "auto":
+    # the float32 screen pays once the scan (≈ n · P element operations) dominates the O(n²) and
+    # O(N) overheads; below that, "auto" is float64 (same result either way)
+    screen = precision == "auto" and data.sizes.size * data.p_vals.size > _SCREEN_MIN_WORK
+    if method == "points" and screen:
         out = _ks_points_screened(data, memory_mb, chunk_elements)
     elif method == "points":
         out = _ks_points(data, memory_mb, chunk_elements)
@@ -243,6 +247,9 @@ class _Pooled:
         p_f = (rank[last] + 1) / sizes[ids[last]]
         return cls(values, ids, sizes, offsets, ids[last], values[last], p_f, arrays)
 
+
+_SCREEN_MIN_WORK = 2e8
+"""n · P above which precision="auto" scans in float32."""
 
 _SCREEN_LCM = 2.0**21
 """Largest lcm(m_i, m_j) for which a float32 statistic snaps to the exact rational h / lcm."""

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from adseg import landscape
 from adseg.landscape import (
     ecdf,
     ecdf_values,
@@ -61,8 +62,17 @@ def mixed_samples(rng, n=40):
     return out
 
 
+@pytest.fixture
+def force_screen(monkeypatch):
+    """Make precision="auto" use the float32 screen even on small inputs."""
+    monkeypatch.setattr(landscape, "_SCREEN_MIN_WORK", 0)
+
+
+@pytest.mark.parametrize("screen", [False, True])
 @pytest.mark.parametrize("kwargs", SETTINGS)
-def test_exact_against_scipy_mixed(kwargs):
+def test_exact_against_scipy_mixed(kwargs, screen, monkeypatch):
+    if screen:
+        monkeypatch.setattr(landscape, "_SCREEN_MIN_WORK", 0)
     rng = np.random.default_rng(0)
     samples = mixed_samples(rng)
     d = ks_statistic_matrix(samples, **kwargs)
@@ -109,7 +119,7 @@ def test_distance_matrix_scaling():
     assert np.array_equal(scale_statistics(ks_statistic_matrix(samples), m), dist)
 
 
-def test_methods_agree_on_a_larger_quantised_set():
+def test_methods_agree_on_a_larger_quantised_set(force_screen):
     rng = np.random.default_rng(4)
     sizes = np.clip(np.round(np.exp(rng.normal(3, 1.3, 150))), 1, 3000).astype(int)
     samples = [np.round(rng.lognormal(rng.normal(0.7, 0.4), 0.6, k), 2) for k in sizes]
@@ -123,7 +133,7 @@ def test_methods_agree_on_a_larger_quantised_set():
 
 
 @pytest.mark.parametrize("n_large", [3, 12])
-def test_float32_screen_equals_float64(n_large):
+def test_float32_screen_equals_float64(n_large, force_screen):
     """The float32 scan snapped to h / lcm equals the float64 scan bit for bit, including pairs of
     large coprime sizes (lcm > 2^21, recomputed in float64; with 12 of 20 samples large the whole
     matrix falls back to float64)."""
@@ -229,3 +239,9 @@ def test_properties(samples, seed):
 @given(samples=sample_lists)
 def test_property_matches_scipy(samples):
     assert np.array_equal(ks_statistic_matrix(samples), scipy_matrix(samples))
+    old = landscape._SCREEN_MIN_WORK
+    landscape._SCREEN_MIN_WORK = 0  # the float32 screen too (no fixture inside hypothesis)
+    try:
+        assert np.array_equal(ks_statistic_matrix(samples), scipy_matrix(samples))
+    finally:
+        landscape._SCREEN_MIN_WORK = old
