@@ -15,36 +15,45 @@ by spectral clustering (``final="sc"``, the paper's Ours-SC) or average-linkage 
 (``orientation="sample"``) takes the DFT along the *item* index, so its result depends on the
 order the items come in: it low-pass filters the co-association along the rows. The benchmark
 files are sorted by class, and a low-pass filter along a class-sorted index keeps exactly the
-ground-truth blocks, which is where the paper's large gains come from (spec §0). With items in
-arbitrary order the same method does *worse* than plain co-association clustering (see
-benchmarks/results/lta_paper.md: e.g. pool_binalpha ACC falls from about 0.9 in the
-file's order to about 0.2 shuffled). Advertisers have no meaningful order, so the default here is
-``orientation="frontal"``: the textbook t-SVD with the DFT along the 2-slice mode,
-‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling the items
-shuffles the result the same way; tests/test_lta.py checks both behaviours). ``"sample"`` is
-kept to reproduce the paper, and must only be reported with the item order it was run on.
+ground-truth blocks, which is where the paper's large gains come from (spec §0). Evidence
+(benchmarks/results/lta_paper.md, the paper's protocol, same draws in both orders): in the
+files' class-sorted order "sample" reproduces the paper's Ours-SC (BinAlpha ACC 0.92 vs the
+paper's 0.86, MF 0.99 vs 0.99, Semeion 0.99 vs 0.98); after a seeded shuffle of the items the
+same draws give BinAlpha EA 0.12, Semeion SC 0.33 — *below* plain co-association clustering
+(Semeion CA-SC 0.50) and below the mean base clustering. Advertisers have no meaningful order,
+so the default here is ``orientation="frontal"``: the textbook t-SVD with the DFT along the
+2-slice mode, ‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling
+the items shuffles the result the same way; tests/test_lta.py checks both behaviours, and that
+"sample" changes under a shuffle so nobody "fixes" it silently). Be aware that "frontal" is no
+better than plain co-association clustering on the pools (Semeion 0.49 vs CA-SC 0.50; spec §7
+saw the same on BinAlpha): LTA's published gains do not carry over to unordered data.
+``"sample"`` is kept to reproduce the paper, and must only be reported with the item order it
+was run on.
 
 **Speed of the frontal variant.** Items with identical label rows (the cells of the meet of all
-partitions, g of them; g ≪ n on real ensembles: ~2,000 for MNIST's 5,000 items) are
-interchangeable in A and Ω, and every ADMM step (SVT, clipping, symmetrising, the Ω projection) is
-equivariant to permuting items. Started from zero, every iterate therefore stays in the space of
-matrices that are constant on each cell-pair block (with their own diagonal), which is isometric
-to g×g matrices plus one scalar per cell. The solver runs there exactly (not an approximation:
-tests check it against the n×n ADMM): each iteration costs two g×g symmetric eigendecompositions,
-O(g³), instead of two n×n SVDs, O(n³).
+partitions, g of them; g < n on real ensembles: ~600 for Semeion's 1,593 items, ~2,000 for
+MNIST's 5,000) are interchangeable in A and Ω, and every ADMM step (SVT, clipping,
+symmetrising, the Ω projection) is equivariant to permuting items. Started from zero, every
+iterate therefore stays in the space of matrices that are constant on each cell-pair block
+(with their own diagonal), which is isometric to g×g matrices plus one scalar per cell. The
+solver runs there exactly (not an approximation: tests check it against the n×n ADMM to 1e-9):
+each iteration costs two g×g symmetric eigendecompositions, O(g³), run in two threads, instead
+of two n×n SVDs, O(n³). The optimum has full rank g, so partial eigensolvers do not help.
 
 Missing labels (-1) are supported through ``co_association``'s handling: A_ij is the share of the
 clusterings labelling both i and j that put them together, and Ω (the coherent links) is the set
 of pairs with A_ij = 1, i.e. covered by at least one clustering and never separated. An item
 labelled in no clustering has an all-zero row in A and no coherent link.
 
-Cost (n items, m clusterings, g cells, T iterations, typically 150–250):
-* ``"frontal"``: O(n m log n + g² Σk) to build; O(T g³) time; memory about 12 g×g float64
-  arrays during the solve, then the n×n P2 (``similarity_``) and the n×n work of the final
-  clustering (SC: the n×n normalised matrix; EA: the n(n−1)/2 condensed distances).
-* ``"sample"``: O(T n² log n) time; memory about 14 n×n float64-sized arrays held at once (A, P1,
-  P2, E, B, C, Λ1, Λ2, Λ3, two work arrays, two half-spectra of n(n/2+1) complex128) and the n×n
-  boolean Ω — n = 5,000: ≈ 2.9 GB; n = 20,000: ≈ 45 GB. Never an n×n×m array.
+Cost (n items, m clusterings, g cells, T iterations, typically 120–250):
+* ``"frontal"``: O(n m log n + g² Σk) to build; O(T g³) time; memory about 17 (g+1)×g float64
+  arrays during the solve (A, Ω, P1, P2, E, B, C, Λ1–3, two work arrays, the SVT's temporaries),
+  then the n×n P2 (``similarity_``) and the n×n work of the final clustering (SC: the n×n
+  normalised matrix; EA: the n(n−1)/2 condensed distances).
+* ``"sample"``: O(T n² log n) time; memory about 16 n×n float64-sized arrays at the peak (A, P1,
+  P2, E, B, C, Λ1–3, two work arrays, the SVT's half spectra of (n/2+1)×n complex128 and its
+  outputs) and the n×n boolean Ω: n = 5,000 ≈ 3.2 GB, n = 20,000 ≈ 51 GB. Never an n×n×m array.
+* Measured CPU seconds and peak memory per n: benchmarks/results/lta_scaling.md.
 
 Deviations from the paper, all documented in the spec: μ_max = 1e8 (code: 1e10; never binds);
 the MATLAB odd-n double shrink of one frequency pair is not replicated; SC uses the c *largest*
