@@ -185,10 +185,10 @@ def write_report(rows, args, sizes) -> None:
         )
     lines += [
         "",
-        "What is held: `frontal` solves on the g distinct label rows (about 12 (g+1)×g float64 "
+        "What is held: `frontal` solves on the g distinct label rows (about 17 (g+1)×g float64 "
         "arrays), then expands P2 to one n×n array and the spectral step holds a second; "
-        "`sample` holds about 14 n×n float64-sized arrays for the whole solve "
-        "(8·14·n² bytes: 2.8 GB at n = 5,000) plus the n×n boolean Ω.",
+        "`sample` holds about 16 n×n float64-sized arrays at its peak "
+        "(8·16·n² bytes: 3.2 GB at n = 5,000) plus the n×n boolean Ω.",
         "",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -470,7 +470,7 @@ def lta_refine_cells(
     """The frontal LTA solved exactly in the cell-reduced space (see the module docstring).
 
     Inputs from :func:`coherent_cells`. Returns the result in packed (g+1)×g form and the space
-    (``space.expand(result.P2, cell)`` gives the n×n P2). Cost O(T g³) time, ~12 g×g arrays.
+    (``space.expand(result.P2, cell)`` gives the n×n P2). Cost O(T g³) time, ~17 g×g arrays.
     """
     A_g, omega_g = cell_coassociation(rows)
     with ThreadPoolExecutor(max_workers=1) as executor:
@@ -560,8 +560,8 @@ class LTA(BaseFuser):
     n_iter_, converged_, residual_ : the ADMM's iteration count, whether the residual fell below
         ``tol`` before ``max_iter``, and the last max-abs primal residual.
 
-    Memory: see the module docstring (frontal: ~12 g×g arrays in the solve, then 2–3 n×n;
-    sample: ~14 n×n arrays). Time on the shared 2-core machine: benchmarks/results/lta_scaling.md.
+    Memory: see the module docstring (frontal: ~17 g×g arrays in the solve, then 2–3 n×n;
+    sample: ~16 n×n arrays). Time on the shared 2-core machine: benchmarks/results/lta_scaling.md.
     """
 
     allow_missing = True
