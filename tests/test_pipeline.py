@@ -60,9 +60,31 @@ def test_nightly_completes_and_persists(loaded, market_dir):
     assert len(segments["rcc"]) == 200
 
 
-def test_forecast_quality_ordering(loaded, market_dir):
-    """The properties the issue asks of the MAPE table (supply = actual, the paper's method)."""
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+@pytest.fixture(scope="module")
+def half_default_engine(tmp_path_factory):
+    """Half the default marketplace with its segment structure (640 advertisers, 40 segments,
+    default seed), loaded into SQLite — the 'smaller marketplace' of the quality checks."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    out = tmp_path_factory.mktemp("half")
+    write_marketplace(simulate_marketplace(MarketplaceConfig(n_advertisers=640)), out)
+    engine = make_engine(f"sqlite:///{out / 'adseg.db'}")
+    migrate.upgrade(engine)
+    write_batch(engine, read_directory(out))
+    yield engine, out
+    engine.dispose()
+
+
+@pytest.mark.slow
+def test_forecast_quality_ordering(half_default_engine):
+    """The properties the issue asks of the MAPE table (supply = actual, the paper's method):
+    true segments beat no segmentation; rcc beats text only and is at least as good as l2."""
+    engine, out = half_default_engine
+    config = pipeline.NightlyConfig(
+        fusers=FAST_FUSERS, supply="actual", truth_path=str(out / "truth.csv")
+    )
+    result = pipeline.run_nightly(engine, config=config)
     mape = result.result.mape
     seg = mape[(mape["method"] == "segment") & (mape["supply_mode"] == "actual")].set_index(
         "source"
@@ -70,7 +92,7 @@ def test_forecast_quality_ordering(loaded, market_dir):
     imp, spend = seg["impressions_mape"], seg["spend_mape"]
     assert imp["truth"] < imp["own"], "true segments must beat no segmentation"
     assert imp["rcc"] < imp["text"] and spend["rcc"] < spend["text"], "rcc must beat text only"
-    assert imp["rcc"] <= imp["l2"] * 1.02 and spend["rcc"] <= spend["l2"] * 1.02
+    assert imp["rcc"] <= imp["l2"] and spend["rcc"] <= spend["l2"], "rcc at least as good as l2"
 
 
 def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monkeypatch):

@@ -188,7 +188,7 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
             if current is None:
                 continue
             if _is_stale(current.holder):
-                release_lock(engine, name, current.holder)
+                _abandon(engine, current)
                 continue
             raise RunLockedError(
                 f"another {name} run is in progress (run {current.run_id}, held by "
@@ -208,16 +208,29 @@ def set_lock_run(engine: Engine, name: str, holder: str, run_id: int) -> None:
 
 
 def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
+    cols = (RunLock.name, RunLock.run_id, RunLock.holder, RunLock.acquired_at)
     with engine.connect() as conn:
-        row = conn.execute(select(RunLock).where(RunLock.name == name)).scalar_one_or_none()
+        row = conn.execute(select(*cols).where(RunLock.name == name)).first()
     if row is None:
         return None
-    return LockHolder(row.name, row.run_id, row.holder, row.acquired_at)
+    return LockHolder(*row)
 
 
 def release_lock(engine: Engine, name: str, holder: str) -> None:
     with engine.begin() as conn:
         conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
+
+
+def _abandon(engine: Engine, stale: LockHolder) -> None:
+    """Clear a lock whose process is gone; its run (if any) is marked failed, results deleted."""
+    if stale.run_id is not None:
+        fail_run(
+            engine,
+            stale.run_id,
+            f"abandoned: process {stale.holder} ended without finishing the run",
+            {},
+        )
+    release_lock(engine, stale.name, stale.holder)
 
 
 def _is_stale(holder: str) -> bool:
