@@ -66,8 +66,8 @@ def main() -> None:
         f"{load0:.1f} before and {load1:.1f} after the run (the machine is shared: wall-clock "
         "times are upper bounds; CPU time is this process's).",
         "",
-        "Command: `.venv/bin/python benchmarks/nightly_default.py` (equivalently `make demo`, which "
-        "runs `adseg nightly --truth data/marketplace/truth.csv`).",
+        "Command: `.venv/bin/python benchmarks/nightly_default.py` (`make demo` runs the same "
+        "pipeline: `adseg nightly --truth data/marketplace/truth.csv`).",
         "",
         f"Marketplace: {args.advertisers} advertisers, generated in {t_generate:.1f} s; ingest "
         f"of {summary.rows:,} rows in {t_ingest:.1f} s. Segments chosen: "
