@@ -60,7 +60,7 @@ both preprocessings, so they are run once (raw); reuters10 = 2,900 random docume
 OURS = ("KC", "l2", "rcc", "l2 (unnormalised)", "rcc (unnormalised)")
 
 
-def peer_runner(python: str, timeout: float):
+def peer_runner(python: str, timeout: float, solvers: list[str]):
     """external= callback for run_table2: the peer library on the same label matrices."""
 
     def run(ensembles: list[Ensemble], k: int) -> pd.DataFrame:
@@ -75,16 +75,16 @@ def peer_runner(python: str, timeout: float):
             env = dict(os.environ, PYTHONPATH="")
             try:
                 proc = subprocess.run(
-                    [python, str(PEER_SCRIPT), str(src), str(dst)],
+                    [python, str(PEER_SCRIPT), str(src), str(dst), ",".join(solvers)],
                     capture_output=True,
                     text=True,
                     timeout=timeout,
                     env=env,
                 )
             except subprocess.TimeoutExpired:
-                return _peer_error(ensembles, f"timeout after {timeout:.0f} s")
+                return _peer_error(ensembles, f"timeout after {timeout:.0f} s", solvers)
             if proc.returncode != 0:
-                return _peer_error(ensembles, proc.stderr.strip().splitlines()[-1:])
+                return _peer_error(ensembles, proc.stderr.strip().splitlines()[-1:], solvers)
             data = json.loads(dst.read_text())
         rows = []
         for entry in data["results"]:
@@ -104,12 +104,12 @@ def peer_runner(python: str, timeout: float):
     return run
 
 
-def _peer_error(ensembles, msg) -> pd.DataFrame:
+def _peer_error(ensembles, msg, solvers) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"repetition": e.repetition, "method": f"peer {m}", "error": f"peer run failed: {msg}"}
             for e in ensembles
-            for m in PEER_METHODS
+            for m in solvers
         ]
     )
 
@@ -209,7 +209,10 @@ def main() -> None:
         choices=["raw", "standardized"],
     )
     ap.add_argument("--peer-python", default=None, help="python of the peer venv (optional)")
-    ap.add_argument("--peer-timeout", type=float, default=900.0)
+    ap.add_argument("--peer-timeout", type=float, default=3600.0)
+    ap.add_argument(
+        "--peer-solvers", nargs="+", default=list(PEER_METHODS), choices=list(PEER_METHODS)
+    )
     ap.add_argument(
         "--methods", nargs="+", default=None, help=f"subset of our methods (default: all of {OURS})"
     )
@@ -249,7 +252,11 @@ def main() -> None:
     methods = default_methods()
     if args.methods:
         methods = {m: methods[m] for m in args.methods}
-    external = peer_runner(args.peer_python, args.peer_timeout) if args.peer_python else None
+    external = (
+        peer_runner(args.peer_python, args.peer_timeout, args.peer_solvers)
+        if args.peer_python
+        else None
+    )
     old = pd.read_csv(csv_path) if csv_path.exists() else None
     for name in args.datasets:
         load0 = os.getloadavg()[0]

@@ -5,7 +5,9 @@ Runs ONLY in the separate peer environment (it pins numpy<2 and an old scikit-le
 benchmarks/README.md for how to create it) and is called as a subprocess by
 benchmarks/consensus_table2.py::
 
-    /tmp/peerenv/bin/python benchmarks/peer_ensembleclustering.py IN.npz OUT.json
+    /tmp/peerenv/bin/python benchmarks/peer_ensembleclustering.py IN.npz OUT.json [SOLVERS]
+
+SOLVERS: comma-separated subset of cspa,hgpa,mcla,hbgf,nmf (default: all).
 
 IN.npz holds ``n_clusters`` (int), ``seed`` (int) and ``labels_0``, ``labels_1``, ... — each an
 (n_items, n_clusterings) integer label matrix (-1 = missing). OUT.json gets, per repetition and
@@ -20,6 +22,7 @@ weights, diagonal entries kept as the original does). Nothing else is changed.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 import time
@@ -45,10 +48,9 @@ def _to_pymetis_format(adj_mat):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
+    if len(argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    import ensembleclustering
     import ensembleclustering.ClusterEnsembles as CE
 
     shimmed = False
@@ -66,16 +68,21 @@ def main(argv: list[str]) -> int:
 
     out = {
         "package": "ensembleclustering",
-        "version": getattr(ensembleclustering, "__version__", "1.0.2"),
+        "version": importlib.metadata.version("ensembleclustering"),
         "numpy": np.__version__,
         "shim_to_pymetis_format": shimmed,
         "results": [],
     }
+    solvers = argv[3].split(",") if len(argv) == 4 else list(SOLVERS)
+    unknown = sorted(set(solvers) - set(SOLVERS))
+    if unknown:
+        print(f"unknown solvers {unknown}; choose from {SOLVERS}", file=sys.stderr)
+        return 2
     for r, labels in enumerate(matrices):
         # the library wants (n_clusterings, n_items) floats with NaN for missing
         base = labels.T.astype(np.float64)
         base[base < 0] = np.nan
-        for solver in SOLVERS:
+        for solver in solvers:
             entry = {"repetition": r, "solver": solver}
             t0 = time.perf_counter()
             try:

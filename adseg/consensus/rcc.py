@@ -42,11 +42,14 @@ are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never
 connectivity matrices (M̃ comes from one sparse product, see ``co_association``).
 
 Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
-(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "lobpcg" = LOBPCG warm-started from the
-previous H plus a few random guard vectors (successive B differ little, so a handful of block
-iterations at O(n² (K+p)) each suffice; falls back to warm-started ARPACK Lanczos when it does not
-converge); "arpack" = ``eigsh`` with v0 from the previous H; "auto" = dense for n ≤ 2,000, LOBPCG
-above. See benchmarks/results/rcc_scaling.md for the measured cost.
+(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = block subspace
+iteration with Rayleigh–Ritz whose basis (H plus guard vectors) is carried across ADMM
+iterations, stepping until the top-K residual norms are below an adaptive tolerance (usually
+one n×n × n×(K+p) product per ADMM iteration; LOBPCG if it needs more than 30 steps);
+"lobpcg" = LOBPCG from the previous H plus random guard vectors, in short rounds until the top-K
+residuals are small (ARPACK from a random start if it does not converge); "arpack" = ``eigsh``
+with v0 from the previous H; "auto" = dense for n ≤ 1,000,
+"subspace" above. See benchmarks/results/rcc_scaling.md for the measured cost.
 """
 
 from __future__ import annotations
@@ -63,8 +66,8 @@ from adseg.consensus._base import BaseFuser, assign_labels, co_association
 __all__ = ["RCC", "soft_threshold"]
 
 _ASSIGN_METHODS = ("kmeans", "cluster_qr")
-_SOLVERS = ("auto", "dense", "lobpcg", "arpack")
-_DENSE_MAX_N = 2000  # above this, warm-started LOBPCG beats LAPACK's O(n³) tridiagonalisation
+_SOLVERS = ("auto", "dense", "subspace", "lobpcg", "arpack")
+_DENSE_MAX_N = 1000  # above this, warm-started subspace iteration beats LAPACK (O(n³))
 _BLOCK_BYTES = 2 * 2**20  # block size of the fused element-wise passes (cache-sized)
 
 
@@ -155,6 +158,45 @@ def _top_eigenpairs(
     return vals[order], _fix_signs(vecs[:, order])
 
 
+class _SubspaceTracker:
+    """Warm-started block subspace iteration with Rayleigh–Ritz, whose basis is carried from one
+    ADMM iteration to the next (successive B differ little, so usually one product B Q per
+    iteration certifies the top k pairs).
+
+    Holds Q (n × (k+p)), orthonormal: the previous Ritz vectors, k wanted plus p guards. Per call:
+    one guard is replaced by a fresh random vector (so that a direction that becomes dominant
+    outside the tracked subspace is caught, see ``_lobpcg_top``), Z = B Q, Rayleigh–Ritz
+    (eigh of QᵀZ), residual norms ||B x − θ x|| of the top k read off Z at no extra cost; if one
+    exceeds ``tol``, a power step Q ← orth(B X) and again. Cost per step: one n×n by n×(k+p)
+    product, O(n² (k+p)) flops, plus O(n (k+p)²). Returns None after ``max_steps`` steps."""
+
+    def __init__(self, start: np.ndarray, rng: np.random.RandomState):
+        n, k = start.shape
+        self.k, self.rng = k, rng
+        guard = max(k, 4)
+        Q = rng.standard_normal((n, k + guard))
+        Q[:, :k] = start
+        self.Q = np.linalg.qr(Q)[0]
+
+    def top(self, B: np.ndarray, tol: float, max_steps: int = 30):
+        k, Q = self.k, self.Q
+        Q[:, -1] = self.rng.standard_normal(Q.shape[0])
+        Q = np.linalg.qr(Q)[0]
+        Z = B @ Q
+        for _ in range(max_steps):
+            T = Q.T @ Z
+            theta, U = np.linalg.eigh((T + T.T) * 0.5)
+            theta, U = theta[::-1], U[:, ::-1]
+            X, BX = Q @ U, Z @ U
+            resid = np.linalg.norm(BX[:, :k] - X[:, :k] * theta[None, :k], axis=0)
+            if np.all(np.isfinite(resid)) and resid.max() <= tol:
+                self.Q = X
+                return theta[:k], X[:, :k]
+            Q = np.linalg.qr(BX)[0]
+            Z = B @ Q
+        return None
+
+
 def _arpack_top(B, k, start, rng, tol):
     v0 = start.sum(axis=1) if start is not None else None
     if v0 is None or not np.any(v0):
@@ -214,7 +256,7 @@ class RCC(BaseFuser):
     mu_max : float, cap on μ.
     max_iter : int ≥ 1, ADMM iterations at most (a ConvergenceWarning is raised when reached).
     tol : float > 0, relative tolerance on the primal residual and on the change of H D Hᵀ.
-    eigen_solver : {"auto", "dense", "lobpcg", "arpack"}, see the module docstring.
+    eigen_solver : {"auto", "dense", "subspace", "lobpcg", "arpack"}, see the module docstring.
     n_init : int, k-means restarts for ``assign_labels="kmeans"``.
     store_error : bool, keep the final sparse error E (n×n) in ``error_`` — the pairs whose
         co-association the consensus overrides. Costs one n×n array after ``fit``.
@@ -302,7 +344,7 @@ class RCC(BaseFuser):
         _symmetrize_inplace(M)  # the degree scaling is not bit-for-bit symmetric
         solver = self.eigen_solver
         if solver == "auto":
-            solver = "dense" if n <= _DENSE_MAX_N else "lobpcg"
+            solver = "dense" if n <= _DENSE_MAX_N else "subspace"
         eig_tol = 1e-10  # relative; the iterative solvers get it times ||M̃||_2
 
         # (H⁰, D⁰) = the L2CC solution (exact, without warm start)
@@ -331,6 +373,7 @@ class RCC(BaseFuser):
         else:
             mu = float(self.mu)
 
+        tracker = None
         history = {"objective": [], "residual": [], "change": [], "mu": []}
         converged = False
         # E¹ and B¹ from (H⁰, D⁰); afterwards each pass fuses step 3 of iteration t with
@@ -339,8 +382,19 @@ class RCC(BaseFuser):
             _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu)
         for _ in range(int(self.max_iter)):
             # 2. (H, D)-step on the exactly symmetric B (in W)
-            iter_tol = lam1 * min(1e-4, max(1e-3 * self.tol, 1e-2 * change))
-            vals, H = _top_eigenpairs(W, K, solver, H, rng, iter_tol)
+            iter_tol = lam1 * min(1e-4, max(1e-3 * self.tol, 0.1 * change))
+            if solver == "subspace":
+                if tracker is None:
+                    tracker = _SubspaceTracker(H, rng)
+                found = tracker.top(W, iter_tol)
+                if found is None:  # not converged in its step budget: a full LOBPCG solve
+                    vals, H = _top_eigenpairs(W, K, "lobpcg", H, rng, iter_tol)
+                    tracker = None
+                else:
+                    order = np.argsort(found[0])[::-1]
+                    vals, H = found[0][order], _fix_signs(found[1][:, order])
+            else:
+                vals, H = _top_eigenpairs(W, K, solver, H, rng, iter_tol)
             d = np.maximum(vals, 0.0)
             G_old, G = G, H * np.sqrt(d)[None, :]
             _low_rank_into(G, W)  # W = Lᵗ
