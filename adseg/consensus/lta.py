@@ -506,6 +506,11 @@ def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init
     W = S + S.T
     np.maximum(W, 0.0, out=W)
     deg = W.sum(axis=1)
+    if not deg.max() > 0:
+        raise ValueError(
+            "the refined co-association matrix is zero (the solver stopped before the "
+            "threshold fell below its spectrum); raise max_iter."
+        )
     scale = np.zeros_like(deg)
     np.divide(1.0, np.sqrt(deg), out=scale, where=deg > 0)
     W *= scale[:, None]
