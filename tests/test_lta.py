@@ -389,3 +389,9 @@ def test_bad_labels_are_rejected():
         LTA(2).fit(np.zeros(5, dtype=int))
     with pytest.raises(ValueError, match="n_clusters"):
         LTA(10).fit(np.zeros((5, 2), dtype=int))
+
+
+def test_unconverged_zero_matrix_gives_a_clear_error():
+    labels, _ = _noisy_ensemble(8, n_groups=2, size=10, m=3)
+    with pytest.raises(ValueError, match="max_iter"):
+        LTA(2, max_iter=1).fit(labels)  # τ = 1/μ₀ = 1e4 zeroes everything in one step
