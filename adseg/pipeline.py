@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import time
 import traceback
 import warnings
@@ -36,6 +37,8 @@ log = logging.getLogger("adseg.pipeline")
 SINGLE_VIEW_SOURCES = {"win_rate": "win_rate", "ecpm": "ecpm_cost", "text": "text"}
 """Single-view segmentation sources → the view whose base clustering they use."""
 PRIMARY_FUSER = "rcc"
+SLOW_FIRST = ("lta", "rcc", "trce", "sccbg", "rcec", "l2")
+"""Fusers by measured cost on the default marketplace, slowest first (scheduling order only)."""
 
 Progress = Callable[[str], None]
 
@@ -81,6 +84,7 @@ class NightlyConfig:
     min_samples: int = 20
     truth_path: str | None = None
     blas_threads: int | None = 1
+    n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     extra: dict = field(default_factory=dict)
 
     def fuser_names(self) -> list[str]:
@@ -200,6 +204,17 @@ def fill_missing(labels: np.ndarray) -> np.ndarray:
     return out
 
 
+def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
+    """One fuser's labels and wall seconds (runs in a worker process when n_jobs > 1)."""
+    cls = FUSERS[name]
+    data = labels if getattr(cls, "allow_missing", True) else fill_missing(labels)
+    t0 = time.perf_counter()
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence notes go to the run row, not stderr
+        result = cls(n_clusters=n_segments, random_state=seed).fit_predict(data)
+    return result, round(time.perf_counter() - t0, 3)
+
+
 def fuse(
     labels: np.ndarray,
     names: list[str],
@@ -207,28 +222,42 @@ def fuse(
     seed: int,
     primary: str,
     progress: Progress | None = None,
+    n_jobs: int = 1,
 ):
     """Stage 3: every fuser on the base clusterings. Returns (segmentations, seconds, errors);
-    a failing alternative fuser is recorded and skipped, a failing primary fuser raises."""
+    a failing alternative fuser is recorded and skipped, a failing primary fuser raises.
+
+    ``n_jobs`` > 1 runs the fusers in that many worker processes (each with one BLAS thread):
+    they are independent, and the slowest (lta, rcc) dominate, so two cores nearly halve the
+    stage. Memory: each worker holds its own fuser's n×n arrays."""
     segmentations, seconds, errors = {}, {}, {}
-    for name in names:
-        if progress:
-            progress(f"fusing with {name}")
-        cls = FUSERS[name]
-        fuser = cls(n_clusters=n_segments, random_state=seed)
-        data = labels if getattr(cls, "allow_missing", True) else fill_missing(labels)
-        t0 = time.perf_counter()
+
+    def record(name, outcome):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # convergence notes go to the run row, not stderr
-                segmentations[name] = fuser.fit_predict(data)
+            segmentations[name], seconds[name] = outcome()
         except Exception as exc:
             if name == primary:
                 raise
             errors[name] = f"{type(exc).__name__}: {exc}"
             log.warning("fuser %s failed and is skipped: %s", name, errors[name])
-        seconds[name] = round(time.perf_counter() - t0, 3)
-    return segmentations, seconds, errors
+
+    if n_jobs <= 1 or len(names) <= 1:
+        for name in names:
+            if progress:
+                progress(f"fusing with {name}")
+            record(name, lambda name=name: _fit_one(name, labels, n_segments, seed))
+        return segmentations, seconds, errors
+    from concurrent.futures import ProcessPoolExecutor
+
+    if progress:
+        progress(f"fusing with {', '.join(names)} ({n_jobs} processes)")
+    # slowest first, so the two workers finish close together (costs measured at n = 1,268)
+    slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
+    with ProcessPoolExecutor(max_workers=n_jobs) as pool:
+        futures = {n: pool.submit(_fit_one, n, labels, n_segments, seed) for n in slow_first}
+        for name, future in futures.items():
+            record(name, future.result)
+    return {n: segmentations[n] for n in names if n in segmentations}, seconds, errors
 
 
 def attach_excluded(labels: np.ndarray, samples: list[np.ndarray]) -> np.ndarray:
@@ -392,7 +421,7 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
     n_segments = choose_n_segments(columns, labels, config.n_segments)
     with _timed(timings, "fuse", progress):
         fused, fuser_seconds, fuser_errors = fuse(
-            labels, names, n_segments, config.seed, config.primary_fuser, progress
+            labels, names, n_segments, config.seed, config.primary_fuser, progress, config.n_jobs
         )
         segmentations = single_view_segmentations(
             labels,
