@@ -252,6 +252,19 @@ def machine() -> dict:
 
 def save(part: str, frame: pd.DataFrame, grid: pd.DataFrame, args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
+    meta_path = RESULTS / f"rcec_paper_{part}.json"
+    if args.append and meta_path.exists():
+        # keep the earlier runs of other (ratio, repetition) cells; this run's cells replace theirs
+        keys = [k for k in ("kind", "n_prime", "ratio", "repetition") if k in frame]
+        new_cells = set(map(tuple, frame[keys].drop_duplicates().to_numpy().tolist()))
+        parts = []
+        for new, name in ((frame, f"rcec_paper_{part}.csv"), (grid, f"rcec_paper_{part}_grid.csv")):
+            old = pd.read_csv(RESULTS / name)
+            keep = [tuple(r) not in new_cells for r in old[keys].to_numpy().tolist()]
+            parts.append(pd.concat([old[keep], new], ignore_index=True))
+        frame, grid = parts
+        previous = json.loads(meta_path.read_text())
+        args.command = previous["command"] + " ; " + args.command
     frame.to_csv(RESULTS / f"rcec_paper_{part}.csv", index=False)
     grid.to_csv(RESULTS / f"rcec_paper_{part}_grid.csv", index=False)
     meta = {"command": args.command, **machine(), "wall_seconds": time.time() - args.t0}
@@ -352,24 +365,26 @@ METHOD_ORDER = [
 def real_section(name: str, frame: pd.DataFrame) -> list[str]:
     methods = [m for m in METHOD_ORDER if m in set(frame["method"])]
     table = _pivot(frame, ["ratio"])
-    reps = frame["repetition"].nunique()
+    reps = frame.groupby("ratio")["repetition"].nunique()
     out = [
-        f"## {name} (Table {dict(tr11=2, k1b=3, orl=4)[name]}; mean NMI over {reps} repetitions)",
+        f"## {name} (Table {dict(tr11=2, k1b=3, orl=4)[name]}; mean NMI over the repetitions)",
         "",
-        "| ratio % | " + " | ".join(methods) + " | paper Ave | paper RCEC | paper best baseline |",
-        "|---" * (len(methods) + 4) + "|",
+        "| ratio % | reps | "
+        + " | ".join(methods)
+        + " | paper Ave | paper RCEC | paper best baseline |",
+        "|---" * (len(methods) + 5) + "|",
     ]
     for ratio, row in table.iterrows():
         paper = PAPER[name].get(int(ratio), (np.nan, np.nan))
         out.append(
-            f"| {ratio} | "
+            f"| {ratio} | {reps[ratio]} | "
             + " | ".join(fmt(row.get(m)) for m in methods)
             + f" | {fmt(PAPER_AVE[name].get(int(ratio), np.nan))}"
             + f" | {fmt(paper[0])} | {fmt(paper[1])} |"
         )
     mean_row = table.mean(axis=0)
     out.append(
-        "| mean | "
+        f"| mean | {reps.sum()} | "
         + " | ".join(fmt(mean_row.get(m)) for m in methods)
         + f" | {fmt(np.mean([PAPER_AVE[name][int(r)] for r in table.index]))}"
         + f" | {fmt(np.mean([PAPER[name][int(r)][0] for r in table.index]))}"
@@ -432,6 +447,11 @@ def main(argv=None) -> None:
     p.add_argument("--n-prime", nargs="+", type=int, default=list(range(0, 21, 2)))
     p.add_argument("--no-grid", dest="grid", action="store_false", help="skip the β grid scan")
     p.add_argument("--seed", type=int, default=2016)
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="merge into the part's existing CSV (cells of this run replace earlier ones)",
+    )
     p.add_argument(
         "--grid-solver",
         default="fista",
