@@ -32,7 +32,8 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database schema: migrate and inspect.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console(highlight=False, soft_wrap=True)
+# tables stay readable when piped to a file or a job log (rich assumes 80 columns there)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DatabaseUrl = Annotated[
@@ -395,8 +396,9 @@ def print_nightly(result, windows) -> None:
         table.add_column("source")
         methods = [m for m in ("segment", "blended") if m in set(mape["method"])]
         for m in methods:
-            table.add_column(f"impressions ({m})", justify="right")
-            table.add_column(f"spend ({m})", justify="right")
+            suffix = "" if m == "segment" else f" ({m})"
+            table.add_column(f"impressions{suffix}", justify="right")
+            table.add_column(f"spend{suffix}", justify="right")
         table.add_column("segments", justify="right")
         table.add_column("advertisers", justify="right")
         if result.truth_ari:
