@@ -241,3 +241,29 @@ def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
 def test_report_without_runs_says_so(engine, db_url):
     res = runner.invoke(app, ["report", "--database-url", db_url])
     assert res.exit_code == 2 and "no completed run" in res.output
+
+
+def test_single_stages_from_the_cli(loaded, db_url):
+    """views → segment → forecast → report, one command at a time, on the same run."""
+    res = runner.invoke(app, ["views", "--database-url", db_url])
+    assert res.exit_code == 0, res.output
+    assert "Table 4" in res.output and "Table 5" in res.output
+    run_id = store.latest_completed_run(loaded, kind="views")
+    ids, labels, columns = store.read_base_clusterings(loaded, run_id)
+    assert labels.shape == (200, len(columns)) and set(columns["view"]) >= {"win_rate", "text"}
+    res = runner.invoke(
+        app, ["segment", "--run", str(run_id), "--fuser", "l2", "--database-url", db_url]
+    )
+    assert res.exit_code == 0, res.output
+    assert set(store.read_segments(loaded, run_id)) == {"l2"}
+    res = runner.invoke(
+        app, ["forecast", "--run", str(run_id), "--supply", "actual", "--database-url", db_url]
+    )
+    assert res.exit_code == 0, res.output
+    mape = store.read_forecast_results(loaded, run_id)["mape"]
+    assert {"l2", "own", "global"} <= set(mape["source"])
+    assert store.get_run(loaded, run_id)["timings"].keys() >= {"views", "segment", "forecast"}
+    res = runner.invoke(app, ["report", "--run", str(run_id), "--database-url", db_url])
+    assert res.exit_code == 0 and json.loads(res.stdout)["run_id"] == run_id
+    res = runner.invoke(app, ["segment", "--run", "999", "--database-url", db_url])
+    assert res.exit_code == 2 and "does not exist" in res.output
