@@ -434,10 +434,9 @@ def real_section(name: str, frame: pd.DataFrame) -> list[str]:
 
 
 def main(argv=None) -> None:
+    global RESULTS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument(
-        "--quick", action="store_true", help="2 repetitions, ratios 60 and 100, n' ∈ {0,5,10,20}"
-    )
+    p.add_argument("--quick", action="store_true", help="1 repetition, ratio 100, n' ∈ {0,10,20}")
     p.add_argument(
         "--parts", nargs="+", default=["synthetic", "real"], choices=["synthetic", "real"]
     )
@@ -458,9 +457,19 @@ def main(argv=None) -> None:
         choices=["fista", "multiplicative"],
         help="solver of the β-grid fits (same convex objective; FISTA needs far fewer iterations)",
     )
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where CSVs and rcec_paper.md go (default benchmarks/results; with --quick "
+        "benchmarks/results/rcec_paper_quick, so a quick run never overwrites the full results)",
+    )
     args = p.parse_args(argv)
     if args.quick:
-        args.reps, args.ratios, args.n_prime = 2, [60, 100], [0, 5, 10, 20]
+        args.reps, args.ratios, args.n_prime = 1, [100], [0, 10, 20]
+        RESULTS = RESULTS / "rcec_paper_quick"
+    if args.out_dir is not None:
+        RESULTS = args.out_dir
     args.command = " ".join(
         [".venv/bin/python", "benchmarks/rcec_paper.py", *(argv or sys.argv[1:])]
     )

@@ -41,6 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
+STEM = "rcec_scaling"
 
 
 def ensemble(regime: str, n: int, n_clusterings: int, noise: float, seed: int):
@@ -101,6 +102,7 @@ def worker(regime: str, n: int, n_clusterings: int, noise: float, seed: int, sol
 
 
 def main(argv=None) -> None:
+    global STEM
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="sizes 11,000 and 22,000 only")
     p.add_argument("--sizes", nargs="+", type=int, default=[11000, 22000, 33000, 55000])
@@ -118,8 +120,8 @@ def main(argv=None) -> None:
     if args.from_csv:
         import pandas as pd
 
-        meta = json.loads((RESULTS / "rcec_scaling.json").read_text())
-        rows = pd.read_csv(RESULTS / "rcec_scaling.csv").to_dict("records")
+        meta = json.loads((RESULTS / f"{STEM}.json").read_text())
+        rows = pd.read_csv(RESULTS / f"{STEM}.csv").to_dict("records")
         write(rows, meta["command"], time.time() - meta["minutes"] * 60, meta.get("date"))
         return
     if args.worker:
@@ -128,6 +130,7 @@ def main(argv=None) -> None:
         return
     if args.quick:
         args.sizes, args.distinct_sizes = [11000, 22000], [5500, 11000]
+        STEM = "rcec_scaling_quick"  # never overwrite the full run's results
     command = " ".join([".venv/bin/python", "benchmarks/rcec_scaling.py", *(argv or sys.argv[1:])])
     runs = [("replicated", n, args.clusterings) for n in args.sizes]
     runs += [("distinct", n, args.distinct_clusterings) for n in args.distinct_sizes]
@@ -151,11 +154,11 @@ def write(rows: list[dict], command: str, t_start: float, date: str | None = Non
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows)
-    frame.to_csv(RESULTS / "rcec_scaling.csv", index=False)
+    frame.to_csv(RESULTS / f"{STEM}.csv", index=False)
     minutes = (time.time() - t_start) / 60
     date = date or f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}"
     meta = {"command": command, "minutes": minutes, "date": date}
-    (RESULTS / "rcec_scaling.json").write_text(json.dumps(meta))
+    (RESULTS / f"{STEM}.json").write_text(json.dumps(meta))
     lines = [
         "# RCEC scaling: time and peak memory against n",
         "",
@@ -197,7 +200,7 @@ def write(rows: list[dict], command: str, t_start: float, date: str | None = Non
         )
         + ".",
     ]
-    (RESULTS / "rcec_scaling.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{STEM}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
