@@ -202,6 +202,7 @@ def test_input_validation(cls, labels, n_clusters, err, match):
     "params, match",
     [
         ({"rho": 1.0}, "rho"),
+        ({"normalize": "sym"}, "normalize"),
         ({"mu": -1.0}, "mu"),
         ({"mu": "big"}, "mu"),
         ({"max_iter": 0}, "max_iter"),
@@ -277,6 +278,8 @@ def test_adversarial_oversplit_normalised_default_recovers():
     assert clustering_accuracy(y, L2CC(4, random_state=0).fit_predict(labels)) == 1.0
     raw = RCC(4, normalize=False, random_state=0).fit_predict(labels)
     assert clustering_accuracy(y, raw) < 0.9
+    balanced = RCC(4, normalize="l1", random_state=0).fit_predict(labels)
+    assert clustering_accuracy(y, balanced) == 1.0
 
 
 def test_random_adversarial_columns_do_not_break_recovery():

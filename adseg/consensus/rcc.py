@@ -238,10 +238,14 @@ class RCC(BaseFuser):
     Parameters
     ----------
     n_clusters : int, K, number of consensus clusters (1 ≤ K ≤ n_items).
-    normalize : bool, default True. Fuse the normalised-cut form D^{-1/2} M̃ D^{-1/2} instead of M̃.
-        Chosen by evidence (benchmarks/results/consensus_table2.md and the spec's unbalanced case):
-        the unnormalised l1 fit spends eigen-directions on splitting large clusters, because a
-        large cluster carries quadratically more entries of M̃.
+    normalize : bool or "l1", default True. True fuses the normalised-cut form D^{-1/2} M̃ D^{-1/2}
+        (spec §2), False M̃ itself, "l1" the form D^{-1} M̃ D^{-1} (our PROPOSAL). Why: a cluster
+        of s items is a block of s² entries ≈ 1 in M̃; its least-squares weight (eigenvalue) is ∝ s
+        in M̃ and 1 in D^{-1/2} M̃ D^{-1/2}, but its l1 mass is ∝ s² and ∝ s respectively, so the
+        l1 fit favours large clusters one power of s more than L2CC does: it spends components
+        splitting big clusters and merges small ones (spec §2's unbalanced case; zoo in Table 2).
+        D^{-1} M̃ D^{-1} gives every cluster the same l1 mass. Default True (the spec's form and the
+        one benchmarked on all Table 2 sets); see benchmarks/results/consensus_table2.md for "l1".
     weights : array-like (n_clusterings,) or None, per-clustering weights w_v ≥ 0 of M̃.
     assign_labels : {"kmeans", "cluster_qr"}, rounding of H to labels (spec §4).
     rho : float > 1, growth factor of the penalty μ.
@@ -286,7 +290,7 @@ class RCC(BaseFuser):
         self,
         n_clusters: int = 2,
         *,
-        normalize: bool = True,
+        normalize: bool | str = True,
         weights=None,
         assign_labels: str = "kmeans",
         rho: float = 1.1,
@@ -318,6 +322,8 @@ class RCC(BaseFuser):
             raise ValueError(
                 f"assign_labels must be one of {_ASSIGN_METHODS}; got {self.assign_labels!r}."
             )
+        if self.normalize not in (True, False, "l1"):
+            raise ValueError(f"normalize must be True, False or 'l1'; got {self.normalize!r}.")
         if self.eigen_solver not in _SOLVERS:
             raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")
         if not (np.isfinite(self.rho) and self.rho > 1):
@@ -339,7 +345,15 @@ class RCC(BaseFuser):
         self._check_params()
         K = self.n_clusters
         rng = self._rng
-        M = co_association(labels, self.weights, normalize=self.normalize)
+        if self.normalize == "l1":
+            M = co_association(labels, self.weights)
+            degree = M.sum(axis=1)
+            scale = np.zeros_like(degree)
+            np.divide(1.0, degree, out=scale, where=degree > 0)
+            M *= scale[:, None]
+            M *= scale[None, :]
+        else:
+            M = co_association(labels, self.weights, normalize=bool(self.normalize))
         n = M.shape[0]
         _symmetrize_inplace(M)  # the degree scaling is not bit-for-bit symmetric
         solver = self.eigen_solver
