@@ -16,17 +16,19 @@ by spectral clustering (``final="sc"``, the paper's Ours-SC) or average-linkage 
 order the items come in: it low-pass filters the co-association along the rows. The benchmark
 files are sorted by class, and a low-pass filter along a class-sorted index keeps exactly the
 ground-truth blocks, which is where the paper's large gains come from (spec §0). Evidence
-(benchmarks/results/lta_paper.md, the paper's protocol, same draws in both orders): in the
-files' class-sorted order "sample" reproduces the paper's Ours-SC (BinAlpha ACC 0.92 vs the
-paper's 0.86, MF 0.99 vs 0.99, Semeion 0.99 vs 0.98); after a seeded shuffle of the items the
-same draws give BinAlpha EA 0.12, Semeion SC 0.33 — *below* plain co-association clustering
-(Semeion CA-SC 0.50) and below the mean base clustering. Advertisers have no meaningful order,
+(benchmarks/results/lta_paper.md, the paper's protocol, 1–3 runs per set, same draws in both
+orders): in the files' class-sorted order "sample" reproduces the paper's Ours-SC (BinAlpha ACC
+0.92 vs the paper's 0.86, MF 0.99 vs 0.99, Semeion 0.98 vs 0.98); after a seeded shuffle of the
+items the same draws give SC ACC 0.18 / 0.38 / 0.31 — far *below* plain co-association
+clustering (CA-SC 0.45 / 0.59 / 0.58) and below the mean base clustering on BinAlpha and
+Semeion. Advertisers have no meaningful order,
 so the default here is ``orientation="frontal"``: the textbook t-SVD with the DFT along the
 2-slice mode, ‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling
 the items shuffles the result the same way; tests/test_lta.py checks both behaviours, and that
 "sample" changes under a shuffle so nobody "fixes" it silently). Be aware that "frontal" is no
-better than plain co-association clustering on the pools (Semeion 0.49 vs CA-SC 0.50; spec §7
-saw the same on BinAlpha): LTA's published gains do not carry over to unordered data.
+better than plain co-association clustering on the pools (SC ACC 0.45 / 0.59 / 0.55 vs CA-SC
+0.45 / 0.59 / 0.58; spec §7 saw the same): LTA's published gains do not carry over to unordered
+data.
 ``"sample"`` is kept to reproduce the paper, and must only be reported with the item order it
 was run on.
 
@@ -53,7 +55,11 @@ Cost (n items, m clusterings, g cells, T iterations, typically 120–250):
 * ``"sample"``: O(T n² log n) time; memory about 16 n×n float64-sized arrays at the peak (A, P1,
   P2, E, B, C, Λ1–3, two work arrays, the SVT's half spectra of (n/2+1)×n complex128 and its
   outputs) and the n×n boolean Ω: n = 5,000 ≈ 3.2 GB, n = 20,000 ≈ 51 GB. Never an n×n×m array.
-* Measured CPU seconds and peak memory per n: benchmarks/results/lta_scaling.md.
+* Measured (one BLAS thread, CPU seconds): n = 2,000 (g = 972) frontal 55 s, sample 26 s.
+  n = 5,000 (pool_mnist, g ≈ 1,900) was only probed: about 6.5 CPU-min for frontal and 5.3 for
+  sample, estimated — not under 5 minutes on one core; frontal's two eigendecompositions per
+  iteration run in two threads, so ~3.5–4 min wall on an idle 2-core machine (also an estimate).
+  Details: benchmarks/results/lta_scaling.md.
 
 Deviations from the paper, all documented in the spec: μ_max = 1e8 (code: 1e10; never binds);
 the MATLAB odd-n double shrink of one frequency pair is not replicated; SC uses the c *largest*
