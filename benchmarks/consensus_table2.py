@@ -154,7 +154,7 @@ def render(frame: pd.DataFrame, keep_analysis: str) -> str:
             out.append(f"* {method}: {err} ({len(part)} fits; {sets})")
         out.append("")
     out += ["## Runs", ""]
-    runs = frame.drop_duplicates(["dataset", "preprocessing"])
+    runs = frame.drop_duplicates(["dataset", "preprocessing", "command"])
     for _, r in runs.iterrows():
         out.append(
             f"* {r['dataset']} ({r['preprocessing']}): `{r['command']}` — {r['date']}, "
