@@ -245,10 +245,11 @@ def write_report(args, series_a, series_b, series_c, pending) -> None:
             "",
             *table(series_c),
             "",
-            "Replicated rows are identical label rows, so compression fuses them back onto the",
-            "distinct rows of the original pool: the same labels up to the replication, and the",
-            "time of the original problem plus O(n k) to expand the outputs. This is exact, not an",
-            "approximation (the tests check that compress on and off agree).",
+            "Replicated rows are identical label rows, so compression fuses them onto the",
+            "original pool's distinct rows: the cost is that of a problem with that many rows",
+            "plus O(n k) to expand the outputs. Compression is exact (the tests check that",
+            "compress on and off agree), but replication itself changes the problem: C = YᵀY",
+            "counts items, so the coupling term grows with the replication factor.",
             "",
         ]
     out += [
@@ -261,7 +262,8 @@ def write_report(args, series_a, series_b, series_c, pending) -> None:
         out += [
             "**Not (yet) run:** "
             + "; ".join(f"{s} ×{r} compress={c}" for s, r, c in pending)
-            + " — the command was still running or was stopped when this file was written.",
+            + " — not in this report (still running when it was written, or stopped for lack"
+            " of time on the shared machine).",
             "",
         ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
