@@ -56,9 +56,8 @@ Cost (n items, m clusterings, g cells, T iterations, typically 120–250):
   P2, E, B, C, Λ1–3, two work arrays, the SVT's half spectra of (n/2+1)×n complex128 and its
   outputs) and the n×n boolean Ω: n = 5,000 ≈ 3.2 GB, n = 20,000 ≈ 51 GB. Never an n×n×m array.
 * Measured (one BLAS thread, CPU seconds): n = 2,000 (g = 972) frontal 55 s, sample 26 s.
-  n = 5,000 (pool_mnist, g ≈ 1,900) was only probed: about 6.5 CPU-min for frontal and 5.3 for
-  sample, estimated — not under 5 minutes on one core; frontal's two eigendecompositions per
-  iteration run in two threads, so ~3.5–4 min wall on an idle 2-core machine (also an estimate).
+  pool_mnist, n = 5,000 (g = 1,866), frontal: 354 s wall / 338 CPU s, 170 iterations, 851 MiB
+  peak RSS — just over 5 minutes at load 2–7; sample estimated at 5.3 CPU-min and 2.7 GB.
   Details: benchmarks/results/lta_scaling.md.
 
 Deviations from the paper, all documented in the spec: μ_max = 1e8 (code: 1e10; never binds);
