@@ -367,7 +367,7 @@ def nightly(
     config.fuser_names()  # validate names before taking the lock
     if truth is not None and not truth.exists():
         raise CliError(f"--truth {truth}: no such file")
-    progress = None if quiet else (lambda stage: err.print(f"[dim]… {stage}[/dim]"))
+    progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
         result = run_nightly(engine, windows, config, progress)
     except RunLockedError as exc:
@@ -457,7 +457,7 @@ def views_command(
     _require_schema(engine)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
     config = NightlyConfig(seed=seed, min_samples=min_samples)
-    progress = None if quiet else (lambda stage: err.print(f"[dim]… {stage}[/dim]"))
+    progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
         run_id, views = run_views(engine, windows, config, progress)
     except RunLockedError as exc:

@@ -404,6 +404,7 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
 
         def __exit__(self, *exc):
             timings[stage] = round(time.perf_counter() - self.t0, 3)
+            log.info("stage %s: %.1f s", stage, timings[stage])
             return False
 
     return _Timer()
