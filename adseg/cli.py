@@ -601,6 +601,8 @@ def runs(
     database_url_: DatabaseUrl = None,
 ) -> None:
     """List recent runs with their status (and the error of failed ones)."""
+    import pandas as pd
+
     from adseg.store.results import list_runs
 
     engine = _engine(database_url_)
@@ -616,17 +618,11 @@ def runs(
             row.status,
             f"{row.started_at:%Y-%m-%d %H:%M:%S}",
             ""
-            if row.finished_at is None or pd_isna(row.finished_at)
+            if row.finished_at is None or pd.isna(row.finished_at)
             else f"{row.finished_at:%H:%M:%S}",
             (row.error or "")[:80],
         )
     out.print(table)
-
-
-def pd_isna(x) -> bool:
-    import pandas as pd
-
-    return bool(pd.isna(x))
 
 
 # --- bench ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -353,6 +354,49 @@ class NightlyResult:
     truth_ari: dict[str, float]
 
 
+@contextmanager
+def _locked_run(
+    engine: Engine,
+    kind: str,
+    windows: Windows,
+    config: NightlyConfig,
+    parameters: dict,
+    timings: dict,
+):
+    """Take the nightly lock, create a 'running' run row and yield its id. On any error the run
+    is marked failed (its partial results deleted) and the error re-raised; the lock is always
+    released. Raises store.RunLockedError before writing anything if the lock is held."""
+    holder = store.acquire_lock(engine, "nightly")
+    run_id = None
+    try:
+        run_id = store.create_run(
+            engine,
+            kind,
+            parameters=parameters,
+            seed=config.seed,
+            windows=windows.as_columns(),
+            code_version=__version__,
+        )
+        store.set_lock_run(engine, "nightly", holder, run_id)
+        # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
+        # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
+        with threadpool_limits(limits=config.blas_threads):
+            yield run_id
+    except BaseException as exc:
+        if run_id is not None:
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("run %s failed: %s", run_id, message)
+            log.debug("%s", traceback.format_exc())
+            store.fail_run(engine, run_id, message, timings)
+        raise
+    finally:
+        store.release_lock(engine, "nightly", holder)
+
+
+def _parameters(config: NightlyConfig) -> dict:
+    return {k: v for k, v in asdict(config).items() if k != "extra"} | config.extra
+
+
 def run_nightly(
     engine: Engine,
     windows: Windows | None = None,
@@ -365,49 +409,21 @@ def run_nightly(
     windows = windows or default_windows(engine)
     windows.validate()
     names = config.fuser_names()
-    holder = store.acquire_lock(engine, "nightly")
-    run_id = None
     timings: dict[str, float] = {}
-    try:
-        params = {k: v for k, v in asdict(config).items() if k != "extra"} | config.extra
-        params["fusers"] = names
-        run_id = store.create_run(
-            engine,
-            "nightly",
-            parameters=params,
-            seed=config.seed,
-            windows=windows.as_columns(),
-            code_version=__version__,
-        )
-        store.set_lock_run(engine, "nightly", holder, run_id)
-        # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
-        # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
-        with threadpool_limits(limits=config.blas_threads):
-            return _run_stages(engine, run_id, windows, config, names, timings, progress)
-    except BaseException as exc:
-        if run_id is not None:
-            message = f"{type(exc).__name__}: {exc}"
-            log.error("run %s failed: %s", run_id, message)
-            log.debug("%s", traceback.format_exc())
-            store.fail_run(engine, run_id, message, timings)
-        raise
-    finally:
-        store.release_lock(engine, "nightly", holder)
+    params = _parameters(config) | {"fusers": names}
+    with _locked_run(engine, "nightly", windows, config, params, timings) as run_id:
+        return _run_stages(engine, run_id, windows, config, names, timings, progress)
 
 
+@contextmanager
 def _timed(timings: dict, stage: str, progress: Progress | None):
-    class _Timer:
-        def __enter__(self):
-            if progress:
-                progress(stage)
-            self.t0 = time.perf_counter()
-
-        def __exit__(self, *exc):
-            timings[stage] = round(time.perf_counter() - self.t0, 3)
-            log.info("stage %s: %.1f s", stage, timings[stage])
-            return False
-
-    return _Timer()
+    """Time a stage into ``timings`` (seconds) and log it; announce it to ``progress``."""
+    if progress:
+        progress(stage)
+    t0 = time.perf_counter()
+    yield
+    timings[stage] = round(time.perf_counter() - t0, 3)
+    log.info("stage %s: %.1f s", stage, timings[stage])
 
 
 def _run_stages(engine, run_id, windows, config, names, timings, progress) -> NightlyResult:
@@ -467,18 +483,8 @@ def run_views(
 ):
     """Pull + views as a run of kind 'views' (under the nightly lock); returns (run_id, views)."""
     windows.validate()
-    holder = store.acquire_lock(engine, "nightly")
-    run_id, timings = None, {}
-    try:
-        params = {k: v for k, v in asdict(config).items() if k != "extra"}
-        run_id = store.create_run(
-            engine,
-            "views",
-            parameters=params,
-            seed=config.seed,
-            windows=windows.as_columns(),
-            code_version=__version__,
-        )
+    timings: dict[str, float] = {}
+    with _locked_run(engine, "views", windows, config, _parameters(config), timings) as run_id:
         with _timed(timings, "pull", progress):
             data = pull(engine, windows)
         with _timed(timings, "views", progress):
@@ -488,12 +494,6 @@ def run_views(
             )
         store.complete_run(engine, run_id, timings)
         return run_id, views
-    except BaseException as exc:
-        if run_id is not None:
-            store.fail_run(engine, run_id, f"{type(exc).__name__}: {exc}", timings)
-        raise
-    finally:
-        store.release_lock(engine, "nightly", holder)
 
 
 def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:

@@ -1,12 +1,8 @@
-"""Engine and session creation, with the settings each dialect needs."""
+"""Engine creation, with the settings each dialect needs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.orm import Session, sessionmaker
 
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
@@ -27,11 +23,3 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             cur.close()
 
     return engine
-
-
-@contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
-    """A session in one transaction: committed on success, rolled back on any error."""
-    factory = sessionmaker(engine, expire_on_commit=False)
-    with factory.begin() as session:
-        yield session

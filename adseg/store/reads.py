@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
+from adseg.forecast import samples_by_advertiser
 from adseg.store.models import MICROS, Advertiser, Auction, Delivery, Run
 
 
@@ -110,7 +111,8 @@ def price_samples(
     """Win-rate samples (market prices) and eCPM cost samples (paid eCPM of won auctions) of each
     advertiser over [start, end] (whole days, UTC), as two lists aligned with ``advertiser_ids``.
 
-    One query for all advertisers (not one per advertiser); grouping is done with numpy.
+    One query for all advertisers (not one per advertiser); grouped by
+    :func:`adseg.forecast.samples_by_advertiser` (one stable sort).
     """
     lo = dt.datetime.combine(start, dt.time.min, tzinfo=dt.UTC)
     hi = dt.datetime.combine(end + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
@@ -120,27 +122,18 @@ def price_samples(
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
     ids = np.asarray(advertiser_ids, dtype=object)
-    if not rows:
-        empty = [np.empty(0) for _ in ids]
-        return empty, [np.empty(0) for _ in ids]
     frame = pd.DataFrame(rows, columns=["advertiser_id", "market", "paid"])
-    position = pd.Series(np.arange(ids.size), index=pd.Index(ids))
-    pos = frame["advertiser_id"].map(position).to_numpy()
-    keep = ~pd.isna(pos)
-    pos = pos[keep].astype(np.int64)
-    market = frame["market"].to_numpy(dtype=np.float64)[keep] / MICROS
-    paid = pd.to_numeric(frame["paid"], errors="coerce").to_numpy(dtype=np.float64)[keep] / MICROS
-    win = _group(pos, market, ids.size)
-    won = ~np.isnan(paid)
-    cost = _group(pos[won], paid[won], ids.size)
-    return win, cost
-
-
-def _group(positions: np.ndarray, values: np.ndarray, n: int) -> list[np.ndarray]:
-    order = np.argsort(positions, kind="stable")
-    bounds = np.searchsorted(positions[order], np.arange(n + 1))
-    sorted_values = values[order]
-    return [sorted_values[bounds[i] : bounds[i + 1]] for i in range(n)]
+    frame = frame[frame["advertiser_id"].isin(set(ids))]  # auctions of other advertisers: ignored
+    paid = pd.to_numeric(frame["paid"], errors="coerce").to_numpy(dtype=np.float64) / MICROS
+    auctions = pd.DataFrame(
+        {
+            "advertiser_id": frame["advertiser_id"].to_numpy(dtype=object),
+            "market_price_ecpm": frame["market"].to_numpy(dtype=np.float64) / MICROS,
+            "won": ~np.isnan(paid),
+            "paid_ecpm": paid,
+        }
+    )
+    return samples_by_advertiser(auctions, ids)
 
 
 def _as_date(value) -> dt.date:
