@@ -67,7 +67,9 @@ def child(method: str, n: int, n_cols: int, seed: int, params: dict) -> dict:
         "acc": clustering_accuracy(y, fuser.labels_),
     }
     if method == "rcc":
-        out.update(n_iter=fuser.n_iter_, converged=bool(fuser.converged_))
+        out.update(
+            n_iter=fuser.n_iter_, converged=bool(fuser.converged_), n_cells=int(fuser.n_cells_)
+        )
     return out
 
 
@@ -128,6 +130,7 @@ def render(frame: pd.DataFrame, argv: str) -> str:
         "method",
         "params",
         "n",
+        "n_cells",
         "seconds",
         "cpu_seconds",
         "n_iter",
@@ -164,8 +167,10 @@ def render(frame: pd.DataFrame, argv: str) -> str:
             " time of `fit`; `cpu_seconds` = CPU time of the process during `fit` (BLAS pinned to"
             " one thread, so this is close to the wall time on an idle machine). `tracemalloc_peak`"
             " = the fit's own allocations (numpy arrays); `maxrss` = the whole child process."
-            " `nxn_array_mib` = one dense n×n float64 array: rcc holds four (M̃, E, Λ, W) plus the"
-            " transient sparse product of `co_association`; l2 holds one.",
+            " `nxn_array_mib` = one dense n×n float64 array: l2 holds one; rcc works on the g ="
+            " `n_cells` distinct label rows and holds four g×g arrays (M̃, E, Λ, W) plus the"
+            " transient sparse product of `co_association` (before the cell reduction of"
+            " 2026-11-21 it held four n×n arrays).",
             "",
             *lines,
             "",

@@ -216,7 +216,7 @@ def run_real(args, name: str) -> None:
     c = int(np.unique(y0).size)
     rows, grid_rows = [], []
     for ratio in args.ratios:
-        for r in range(args.reps):
+        for r in range(args.first_rep, args.reps):
             seed = args.seed + r
             rng = np.random.RandomState(seed * 1000 + ratio)
             labels = subspace_kmeans_ensemble(X, 30, c, ratio / 100, rng)
@@ -443,6 +443,12 @@ def main(argv=None) -> None:
     p.add_argument("--datasets", nargs="+", default=["tr11", "k1b", "orl"])
     p.add_argument("--ratios", nargs="+", type=int, default=[60, 70, 80, 90, 100])
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument(
+        "--first-rep",
+        type=int,
+        default=0,
+        help="start at this repetition (real part; with --append, resumes an earlier run)",
+    )
     p.add_argument("--n-prime", nargs="+", type=int, default=list(range(0, 21, 2)))
     p.add_argument("--no-grid", dest="grid", action="store_false", help="skip the β grid scan")
     p.add_argument("--seed", type=int, default=2016)

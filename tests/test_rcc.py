@@ -291,3 +291,50 @@ def test_random_adversarial_columns_do_not_break_recovery():
     labels = np.column_stack([_permuted_copies(y, 6, rng), rng.integers(0, 4, (y.size, 2))])
     for cls in (RCC, L2CC):
         assert clustering_accuracy(y, cls(4, random_state=0).fit_predict(labels)) == 1.0
+
+
+def _reference_admm(M, K, mu, n_iter, rho=1.1):
+    """Spec §3 on the full n×n matrix, dense eigh each step: the plain reading of the algorithm,
+    against which the cell-reduced solver is checked. Returns (L, objective history)."""
+
+    def top(B):
+        n = B.shape[0]
+        vals, vecs = sla.eigh(B, subset_by_index=(n - K, n - 1))
+        return (vecs * np.maximum(vals, 0.0)) @ vecs.T
+
+    L = top(M)
+    mu = 1.0 / np.abs(M - L).max() if mu == "residual" else mu
+    E, Lam, hist = np.zeros_like(M), np.zeros_like(M), []
+    for _ in range(n_iter):
+        E = soft_threshold(M - L - Lam, 1.0 / mu)
+        L = top(M - E - Lam)
+        mu_new = rho * mu
+        Lam = (Lam + E - M + L) * (mu / mu_new)
+        mu = mu_new
+        hist.append(np.abs(M - L).sum())
+    return L, np.array(hist)
+
+
+@pytest.mark.parametrize("normalize", [True, False, "l1"])
+def test_cell_reduction_matches_the_full_admm(normalize):
+    """Items with identical label rows share rows of M̃; RCC solves on the g cells with
+    multiplicity weights. Its iterates must be the full n×n ADMM's (to round-off)."""
+    y, labels = _noisy_ensemble([40, 30, 30], 4, 0.15, seed=21)
+    n_cells = np.unique(labels, axis=0).shape[0]
+    assert n_cells < 0.6 * y.size  # the case exercises the reduction
+    if normalize == "l1":
+        M = co_association(labels)
+        deg = M.sum(axis=1)
+        M = M / np.outer(deg, deg)
+    else:
+        M = co_association(labels, normalize=normalize)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = RCC(
+            3, normalize=normalize, max_iter=25, eigen_solver="dense", random_state=0
+        ).fit(labels)
+    L_ref, hist_ref = _reference_admm(M, 3, "residual", 25)
+    assert model.n_cells_ == n_cells
+    np.testing.assert_allclose(model.history_["objective"], hist_ref, rtol=1e-8)
+    L = (model.embedding_ * model.eigenvalues_) @ model.embedding_.T
+    np.testing.assert_allclose(L, L_ref, atol=1e-9)

@@ -122,6 +122,16 @@ def incidence_matrix(labels: np.ndarray, weights: np.ndarray | None = None) -> s
     return sp.csr_matrix((vals, (rows, cols)), shape=(n, int(sizes.sum())))
 
 
+def coherent_cells(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group items with identical label rows (the cells of the meet of all partitions).
+
+    Returns (cell (n,) int64 in 0..g−1, rows (g, m) the distinct label rows, sizes (g,)).
+    Cost O(n m log n) (one lexicographic sort of the rows).
+    """
+    rows, cell, sizes = np.unique(labels, axis=0, return_inverse=True, return_counts=True)
+    return cell.ravel().astype(np.int64), rows, sizes.astype(np.int64)
+
+
 def co_association(
     labels, weights=None, *, normalize: bool = False, dtype=np.float64
 ) -> np.ndarray:

@@ -82,6 +82,7 @@ from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
     co_association,
+    coherent_cells,
     top_eigenvectors,
 )
 
@@ -92,16 +93,6 @@ FINALS = ("sc", "ea")
 # ---------------------------------------------------------------------------------------------
 # preprocessing: co-association and coherent links
 # ---------------------------------------------------------------------------------------------
-
-
-def coherent_cells(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group items with identical label rows (the cells of the meet of all partitions).
-
-    Returns (cell (n,) int64 in 0..g−1, rows (g, m) the distinct label rows, sizes (g,)).
-    Cost O(n m log n) (one lexicographic sort of the rows).
-    """
-    rows, cell, sizes = np.unique(labels, axis=0, return_inverse=True, return_counts=True)
-    return cell.ravel().astype(np.int64), rows, sizes.astype(np.int64)
 
 
 def cell_coassociation(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

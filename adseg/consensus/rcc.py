@@ -61,7 +61,13 @@ import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 from sklearn.exceptions import ConvergenceWarning
 
-from adseg.consensus._base import BaseFuser, assign_labels, co_association
+from adseg.consensus._base import (
+    BaseFuser,
+    assign_labels,
+    check_weights,
+    co_association,
+    coherent_cells,
+)
 
 __all__ = ["RCC", "soft_threshold"]
 
@@ -345,41 +351,40 @@ class RCC(BaseFuser):
         self._check_params()
         K = self.n_clusters
         rng = self._rng
-        if self.normalize == "l1":
-            M = co_association(labels, self.weights)
-            degree = M.sum(axis=1)
-            scale = np.zeros_like(degree)
-            np.divide(1.0, degree, out=scale, where=degree > 0)
-            M *= scale[:, None]
-            M *= scale[None, :]
-        else:
-            M = co_association(labels, self.weights, normalize=bool(self.normalize))
-        n = M.shape[0]
+        cell, sizes, M = _cell_problem(labels, self.weights, self.normalize, K)
+        g = M.shape[0]
+        count = sizes.astype(np.float64)
+        root = np.sqrt(count)
+        reduced = bool((sizes > 1).any())
         _symmetrize_inplace(M)  # the degree scaling is not bit-for-bit symmetric
         solver = self.eigen_solver
         if solver == "auto":
-            solver = "dense" if n <= _DENSE_MAX_N else "subspace"
+            solver = "dense" if g <= _DENSE_MAX_N else "subspace"
         eig_tol = 1e-10  # relative; the iterative solvers get it times ||M̃||_2
+        blocks = list(_row_blocks(g))
+        W = np.empty_like(M)
 
-        # (H⁰, D⁰) = the L2CC solution (exact, without warm start)
-        vals, H = _top_eigenpairs(
-            M, K, "dense" if n <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
+        # (H⁰, D⁰) = the L2CC solution (exact, without warm start), from S = C^½ M̃_g C^½ in W
+        W[...] = M
+        if reduced:
+            for b in blocks:
+                W[b] *= root[b, None] * root[None, :]
+        vals, V = _top_eigenpairs(
+            W, K, "dense" if g <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
         )
         d = np.maximum(vals, 0.0)
-        # Absolute residual tolerance of LOBPCG (inexact ADMM): 1e-2 × the last relative change of
-        # H D Hᵀ, within [1e-3 tol, 1e-4], times ||M̃||_2. Early, when B moves a lot, a loose solve
-        # suffices; near the end it is 1000× below the ADMM's own tol on the change of H D Hᵀ.
+        # Absolute residual tolerance of the iterative eigensolvers (inexact ADMM): 1e-2 × the last
+        # relative change of H D Hᵀ, within [1e-3 tol, 1e-4], times ||M̃||_2. Early, when B moves
+        # a lot, a loose solve suffices; near the end it is 1000× below the ADMM's tol.
         lam1 = max(float(vals[0]), 1e-300)
         change = 1.0
-        m_norm_f = float(np.sqrt(np.einsum("ij,ij->", M, M)))
+        m_norm_f = np.sqrt(sum(_weighted_sum(M[b] * M[b], count, b) for b in blocks))
         E = np.zeros_like(M)
         Lam = np.zeros_like(M)  # scaled multiplier Ω / μ
-        W = np.empty_like(M)
-        G = H * np.sqrt(d)[None, :]
-        _low_rank_into(G, W)  # W = L⁰
-        blocks = list(_row_blocks(n))
+        F = V * np.sqrt(d)[None, :]  # factor of L in the scaled space: C^½ L_g C^½ = F Fᵀ
+        _low_rank_into(F / root[:, None], W)  # W = L⁰ on the cells
         if self.mu == "spectral":
-            spectral = float(vals[0]) if vals[0] > 0 else _spectral_norm(M)
+            spectral = float(vals[0]) if vals[0] > 0 else _spectral_norm(M * np.outer(root, root))
             mu = 1.25 / spectral
         elif self.mu == "residual":
             max_res = max(float(np.abs(M[b] - W[b]).max()) for b in blocks)
@@ -391,28 +396,30 @@ class RCC(BaseFuser):
         history = {"objective": [], "residual": [], "change": [], "mu": []}
         converged = False
         # E¹ and B¹ from (H⁰, D⁰); afterwards each pass fuses step 3 of iteration t with
-        # steps 1–2 of iteration t+1, so that the four n×n arrays are streamed once per iteration.
+        # steps 1–2 of iteration t+1, so that the four g×g arrays are streamed once per iteration.
         for b in blocks:
             _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu)
+            if reduced:
+                W[b] *= root[b, None] * root[None, :]
         for _ in range(int(self.max_iter)):
-            # 2. (H, D)-step on the exactly symmetric B (in W)
+            # 2. (H, D)-step on the exactly symmetric S = C^½ B C^½ (in W)
             iter_tol = lam1 * min(1e-4, max(1e-3 * self.tol, 0.1 * change))
             if solver == "subspace":
                 if tracker is None:
-                    tracker = _SubspaceTracker(H, rng)
+                    tracker = _SubspaceTracker(V, rng)
                 found = tracker.top(W, iter_tol)
                 if found is None:  # not converged in its step budget: a full LOBPCG solve
-                    vals, H = _top_eigenpairs(W, K, "lobpcg", H, rng, iter_tol)
+                    vals, V = _top_eigenpairs(W, K, "lobpcg", V, rng, iter_tol)
                     tracker = None
                 else:
                     order = np.argsort(found[0])[::-1]
-                    vals, H = found[0][order], _fix_signs(found[1][:, order])
+                    vals, V = found[0][order], _fix_signs(found[1][:, order])
             else:
-                vals, H = _top_eigenpairs(W, K, solver, H, rng, iter_tol)
+                vals, V = _top_eigenpairs(W, K, solver, V, rng, iter_tol)
             d = np.maximum(vals, 0.0)
-            G_old, G = G, H * np.sqrt(d)[None, :]
-            _low_rank_into(G, W)  # W = Lᵗ
-            # 3. dual step (residual, l1 objective), then 1.–2. of the next iteration (W: L → B)
+            F_old, F = F, V * np.sqrt(d)[None, :]
+            _low_rank_into(F / root[:, None], W)  # W = Lᵗ on the cells
+            # 3. dual step (residual, l1 objective), then 1.–2. of the next iteration (W: L → S)
             mu_new = min(self.rho * mu, self.mu_max)
             shrink = mu / mu_new
             res_sq = 0.0
@@ -420,13 +427,15 @@ class RCC(BaseFuser):
             for b in blocks:
                 r = E[b] - M[b]
                 r += W[b]
-                res_sq += float(np.einsum("ij,ij->", r, r))
-                obj += float(np.abs(E[b] - r).sum())  # M − L = E − R
+                obj += _weighted_sum(np.abs(E[b] - r), count, b)  # M − L = E − R
+                res_sq += _weighted_sum(r * r, count, b)
                 Lam[b] += r
                 if shrink != 1.0:
                     Lam[b] *= shrink
                 _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu_new)
-            change = _low_rank_change(G_old, G)
+                if reduced:
+                    W[b] *= root[b, None] * root[None, :]
+            change = _low_rank_change(F_old, F)
             residual = np.sqrt(res_sq) / m_norm_f
             history["objective"].append(obj)
             history["residual"].append(residual)
@@ -446,10 +455,12 @@ class RCC(BaseFuser):
                 stacklevel=3,
             )
         if self.store_error:
-            self.error_ = E
+            self.error_ = E[np.ix_(cell, cell)] if reduced else E
         del E, Lam, W, M
+        H = (V / root[:, None])[cell]  # orthonormal columns: Vᵀ C^-½ Pᵀ P C^-½ V = VᵀV
         self.embedding_ = H
         self.eigenvalues_ = d
+        self.n_cells_ = g
         self.n_iter_ = len(history["residual"])
         self.converged_ = converged
         self.objective_ = history["objective"][-1]
@@ -462,6 +473,40 @@ class RCC(BaseFuser):
             n_init=self.n_init,
         )
         self.n_clusters_found_ = int(np.unique(self.labels_).size)
+
+
+def _cell_problem(
+    labels: np.ndarray, weights, normalize: bool | str, n_clusters: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fused matrix on the g cells of identical label rows: (cell (n,), sizes (g,), M̃_g (g×g)).
+
+    Items with identical label rows have identical rows and columns in M̃ (and in its degree
+    normalisations), so M̃ = P M̃_g Pᵀ with P the n×g cell indicator. Falls back to one cell per
+    item when g ≤ n_clusters (K consensus eigenvectors need more than K cells).
+    Cost O(n m log n) for the grouping plus one g×g co-association.
+    """
+    if weights is not None:  # a clustering of weight 0 changes no entry: it must not split cells
+        weights = check_weights(weights, labels.shape[1])
+        labels, weights = labels[:, weights > 0], weights[weights > 0]
+    cell, rows, sizes = coherent_cells(labels)
+    if rows.shape[0] <= n_clusters:
+        rows, cell = labels, np.arange(labels.shape[0])
+        sizes = np.ones(labels.shape[0], dtype=np.int64)
+    M = co_association(rows, weights)
+    if normalize:
+        degree = M @ sizes.astype(np.float64)  # degree of an item of each cell in the full M̃
+        scale = np.zeros_like(degree)
+        root_or_not = np.sqrt(degree) if normalize is True else degree
+        np.divide(1.0, root_or_not, out=scale, where=degree > 0)
+        M *= scale[:, None]
+        M *= scale[None, :]
+    return cell, sizes, M
+
+
+def _weighted_sum(block: np.ndarray, count: np.ndarray, rows: slice) -> float:
+    """Σ_ab c_a c_b X_ab over one row block of a g×g cell array: the sum over the n×n array it
+    stands for. O(block) flops, one matrix-vector product."""
+    return float(count[rows] @ (block @ count))
 
 
 def _spectral_norm(M: np.ndarray) -> float:
