@@ -33,13 +33,23 @@ Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} 
 The default is chosen by the evidence in benchmarks/results/consensus_table2.md (both forms on
 the eight Table 2 sets) and the synthetic unbalanced case of the spec; see ``normalize`` below.
 
-Numerics and memory. Exactly four dense n×n float64 arrays are held during ``fit``: M̃, E, Λ and
-one work array W (holding L = HDHᵀ, then B). n = 5,000 → 4 × 200 MB = 800 MB; n = 10,000 → 3.2 GB.
-Every update is done in place, row block by row block (blocks of ~2 MB), so the temporaries are
-O(n) rows, not n×n. L is written from its factor G = H D^{1/2} one block pair at a time and
+Cells (exact reduction). Items with identical label rows ("cells" of the meet of the base
+clusterings) have identical rows and columns in M̃, so M̃ = P M̃_g Pᵀ with P the n×g cell
+indicator, and every iterate keeps that form: E and Λ are element-wise functions of block-constant
+arrays, and an eigenvector of P B_g Pᵀ with non-zero eigenvalue is constant on cells,
+H = P C^{-1/2} V with V the eigenvectors of S = C^{1/2} B_g C^{1/2} (C = diag of cell sizes). The
+solver therefore runs on g×g arrays; the l1 objective and the Frobenius norms are sums weighted by
+c_a c_b. The iterates are those of the n×n algorithm to round-off (tested against a plain n×n
+implementation). g ≤ n; g = 3,049 of 5,000 on pool_mnist with 20 clusterings, g = 6 on iris.
+
+Numerics and memory. Exactly four dense g×g float64 arrays are held during ``fit``: M̃, E, Λ and
+one work array W (holding L = HDHᵀ, then B, then S). g = 5,000 → 4 × 200 MB = 800 MB; g = 10,000
+→ 3.2 GB. Every update is done in place, row block by row block (blocks of ~2 MB), so the
+temporaries are O(g) rows, not g×g. L is written from its factor one block pair at a time and
 mirrored, so L — and therefore E, Λ and B, which are element-wise functions of symmetric arrays —
 are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never forms the V
-connectivity matrices (M̃ comes from one sparse product, see ``co_association``).
+connectivity matrices (M̃ comes from one sparse product, see ``co_association``). ``embedding_``
+(n×K) and the optional ``error_`` (n×n) are expanded from the cells at the end.
 
 Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
 (O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = block subspace
@@ -287,9 +297,12 @@ class RCC(BaseFuser):
         ||M̃ − HDHᵀ||_1), "residual" (||E − M̃ + HDHᵀ||_F / ||M̃||_F), "change"
         (||Lᵗ − Lᵗ⁻¹||_F / ||Lᵗ⁻¹||_F) and "mu".
 
-    Cost per iteration: a few passes over four n×n arrays (O(n²)) plus one partial eigensolve
-    (O(n³) dense, or O(n² (K+p)) per LOBPCG step). Memory: four dense n×n float64 arrays
-    (M̃, E, Λ, W) — 32 n² bytes — plus O(n K) and row-block temporaries.
+    n_cells_ : int, g, the number of distinct label rows the solver worked on (n_items when g ≤ K).
+
+    Cost per iteration: a few passes over four g×g arrays (O(g²)) plus one partial eigensolve
+    (O(g³) dense, or O(g² (K+p)) per subspace/LOBPCG step), g ≤ n the number of distinct label
+    rows. Memory: four dense g×g float64 arrays (M̃, E, Λ, W) — 32 g² bytes — plus O(n K) and
+    row-block temporaries; ``store_error=True`` adds one n×n array after the fit.
     """
 
     def __init__(
