@@ -67,13 +67,15 @@ FuserFactory = Callable[[int, int], object]
 
 def default_methods() -> dict[str, FuserFactory]:
     """The fusers of the table: KC, l2 and rcc at their defaults (normalised co-association), and
-    the unnormalised forms (the paper's Eq. 10 M̃) as the evidence for the normalisation default."""
+    the unnormalised forms (the paper's Eq. 10 M̃) as the evidence for the normalisation default,
+    and rcc on the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``)."""
     return {
         "KC": lambda k, s: KC(k, random_state=s),
         "l2": lambda k, s: L2CC(k, random_state=s),
         "rcc": lambda k, s: RCC(k, random_state=s),
         "l2 (unnormalised)": lambda k, s: L2CC(k, normalize=False, random_state=s),
         "rcc (unnormalised)": lambda k, s: RCC(k, normalize=False, random_state=s),
+        "rcc (l1)": lambda k, s: RCC(k, normalize="l1", random_state=s),
     }
 
 
