@@ -22,6 +22,7 @@ from adseg.consensus.sccbg import (
     s_step,
     spectral,
     w_step,
+    young_relaxation,
 )
 from adseg.ensemble import kmeans_ensemble
 from adseg.metrics import ari, clustering_accuracy
@@ -518,3 +519,47 @@ def test_pool_lung_beats_the_base_clusterings(shared_datasets):
     f = SCCBG(ds.n_classes, random_state=0).fit(labels)
     base = np.mean([clustering_accuracy(ds.y, labels[:, j]) for j in range(20)])
     assert clustering_accuracy(ds.y, f.labels_) > base
+
+
+def test_mixed_precision_s_step_reaches_the_float64_minimiser(noisy):
+    """The float32 warm-up sweeps change the path, not the answer: the float64 sweeps that follow
+    decide convergence, for learned weights and for W ≡ 1."""
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(8)
+    S0 = np.clip(Y + rng.normal(scale=0.2, size=Y.shape), 0, 1)
+    sig, U, V, du, dv = spectral(S0, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    for W, ones in ((rng.uniform(0.2, 1, size=Y.shape), False), (np.ones_like(Y), True)):
+        ref, _ = s_step(S0.copy(), W, Y, C_off, blocks, 1e-2, 50.0, H, weights_are_one=ones,
+                        tol=1e-11, max_sweeps=5000)  # fmt: skip
+        mixed, _ = s_step(S0.copy(), W, Y, C_off, blocks, 1e-2, 50.0, H, weights_are_one=ones,
+                          tol=1e-11, max_sweeps=5000, coarse_tol=1e-4)  # fmt: skip
+        assert mixed.dtype == np.float64
+        np.testing.assert_allclose(mixed, ref, atol=1e-8)
+
+
+def test_young_relaxation_follows_the_coupling(noisy):
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    omegas = [young_relaxation(C_off, g) for g in (0.0, 1e-5, 1e-3, 1e-1, 10.0)]
+    assert omegas[0] == 1.0 and omegas[1] < 1.01
+    assert all(b >= a for a, b in zip(omegas, omegas[1:], strict=False))  # monotone in γ
+    assert 1.5 < omegas[-1] <= 1.95
+    # the iterative (k > 64) path agrees with the dense spectrum on a larger C
+    big = np.abs(np.random.default_rng(0).normal(size=(120, 120)))
+    big = big + big.T
+    np.fill_diagonal(big, 0.0)
+    scale = 1.0 / np.sqrt(2.0 + 4.0 * 0.01 * big.sum(0))
+    rho_j = np.abs(np.linalg.eigvalsh(0.04 * big * np.outer(scale, scale))).max()
+    expected = min(2.0 / (1.0 + np.sqrt(1.0 - rho_j**2)), 1.95)
+    assert abs(young_relaxation(big, 0.01) - expected) < 1e-3
+
+
+def test_auto_relaxation_and_mixed_precision_do_not_change_the_fit(noisy):
+    labels, y = noisy
+    ref = SCCBG(3, relaxation=1.0, mixed_precision=False, random_state=0).fit(labels)
+    fast = SCCBG(3, random_state=0).fit(labels)
+    assert 1.0 <= fast.relaxation_ <= 1.95
+    np.testing.assert_array_equal(fast.labels_, ref.labels_)
+    np.testing.assert_allclose(fast.graph_, ref.graph_, atol=1e-5)
