@@ -395,3 +395,33 @@ def test_unconverged_zero_matrix_gives_a_clear_error():
     labels, _ = _noisy_ensemble(8, n_groups=2, size=10, m=3)
     with pytest.raises(ValueError, match="max_iter"):
         LTA(2, max_iter=1).fit(labels)  # τ = 1/μ₀ = 1e4 zeroes everything in one step
+
+
+@pytest.mark.parametrize("last_kept", [4, 1])
+def test_cell_svt_lanczos_path_equals_the_full_eigendecomposition(last_kept, monkeypatch):
+    """While few eigenpairs survive the threshold, the cell SVT uses Lanczos for the largest-
+    magnitude pairs (enlarging the request until one below τ proves the set complete); it must
+    give the full eigendecomposition's answer. last_kept=1 forces the enlargement (≈ 12
+    survivors)."""
+    rng = np.random.default_rng(5)
+    g = 480  # the Lanczos path needs g ≥ 400
+    sizes = rng.integers(1, 4, size=g)
+    X = rng.standard_normal((g, 12))
+    Q = X @ np.diag(np.linspace(30, 8, 12)) @ X.T / g + 1e-3 * rng.standard_normal((g, g))
+    Q = (Q + Q.T) / 2
+    packed = np.vstack([Q, np.diag(Q)[None, :] + 0.01])
+    tau = 0.5
+    full = _CellSpace(sizes)._matrix_svt(packed.copy(), tau)
+    space = _CellSpace(sizes)
+    space.kept = [last_kept, last_kept]
+
+    def no_full_eigh(*args, **kwargs):
+        raise AssertionError("the full eigendecomposition was used")
+
+    import adseg.consensus.lta as lta_module
+
+    monkeypatch.setattr(lta_module.sla, "eigh", no_full_eigh)
+    fast = space._matrix_svt(packed.copy(), tau, 0)
+    monkeypatch.undo()
+    assert 0 < space.kept[0] < g // 8
+    np.testing.assert_allclose(fast, full, atol=1e-10)

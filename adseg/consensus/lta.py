@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.fft as sfft
 import scipy.linalg as sla
+import scipy.sparse.linalg as spla
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
@@ -389,6 +390,7 @@ class _CellSpace:
         self.valid = np.ones((self.g + 1, self.g), dtype=bool)
         self.valid[np.arange(self.g), np.arange(self.g)] = sizes > 1
         self.diag = (np.arange(self.g), np.arange(self.g))
+        self.kept = [None, None]  # eigenpairs kept by the last SVT of T1 + T2 and of T1 − T2
 
     def pack(self, Q: np.ndarray, d: np.ndarray) -> np.ndarray:
         return np.vstack([Q, d[None, :]])
@@ -407,12 +409,12 @@ class _CellSpace:
 
     def svt(self, T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
         if self.executor is None:
-            S1 = self._matrix_svt(T1 + T2, tau)
-            S2 = self._matrix_svt(T1 - T2, tau)
+            S1 = self._matrix_svt(T1 + T2, tau, 0)
+            S2 = self._matrix_svt(T1 - T2, tau, 1)
         else:
             # the two eigendecompositions are independent and LAPACK releases the GIL
-            f1 = self.executor.submit(self._matrix_svt, T1 + T2, tau)
-            S2 = self._matrix_svt(T1 - T2, tau)
+            f1 = self.executor.submit(self._matrix_svt, T1 + T2, tau, 0)
+            S2 = self._matrix_svt(T1 - T2, tau, 1)
             S1 = f1.result()
         P1 = S1 + S2
         P1 *= 0.5
@@ -420,7 +422,7 @@ class _CellSpace:
         S1 *= 0.5
         return P1, S1
 
-    def _matrix_svt(self, X: np.ndarray, tau: float) -> np.ndarray:
+    def _matrix_svt(self, X: np.ndarray, tau: float, slot: int = 0) -> np.ndarray:
         g, s, root = self.g, self.s, self.root
         Q, d = X[:g], X[g]
         qdiag = Q[self.diag]
@@ -435,10 +437,12 @@ class _CellSpace:
         delta_new = np.sign(delta) * np.maximum(np.abs(delta) - tau, 0.0)
         if np.sqrt(np.einsum("ij,ij->", R, R)) <= tau:
             Rn = np.zeros_like(R)  # every singular value is below the threshold
+            self.kept[slot] = 0
         else:
-            w, V = sla.eigh(R, driver="evd", overwrite_a=True, check_finite=False)
+            w, V = self._eigenpairs_above(R, tau, slot)
             shrunk = np.sign(w) * np.maximum(np.abs(w) - tau, 0.0)
             keep = shrunk != 0
+            self.kept[slot] = int(keep.sum())
             Vk = V[:, keep]
             Rn = (Vk * shrunk[keep]) @ Vk.T
         out = np.empty_like(X)
@@ -449,6 +453,28 @@ class _CellSpace:
         out[g] = rdiag + delta_new * (1.0 - 1.0 / s)
         Qn[self.diag] = np.where(s > 1, rdiag - delta_new / s, out[g])
         return out
+
+    def _eigenpairs_above(self, R: np.ndarray, tau: float, slot: int):
+        """Eigenpairs of the symmetric R that include every one with |λ| > τ (the only ones the
+        SVT keeps). While the last SVT of this slot kept few (< g/8: the ADMM's first ~third,
+        when τ = 1/μ is still large), Lanczos for the largest-magnitude pairs (ARPACK, fixed
+        start, full accuracy), enlarged until one returned |λ| ≤ τ proves the set complete;
+        otherwise (or if Lanczos fails) the full LAPACK eigendecomposition. Cost O(g² k) per
+        Lanczos sweep vs O(g³) for the full one (~0.1–0.4 s instead of 0.9 s at g = 1,866)."""
+        g = R.shape[0]
+        last = self.kept[slot]
+        if last is not None and g >= 400 and last < g // 8:
+            k = max(2 * last, last + 8)
+            v0 = np.ones(g) / np.sqrt(g)  # a fixed start: results do not depend on a seed
+            while k < g // 4:
+                try:
+                    w, V = spla.eigsh(R, k=k, which="LM", v0=v0, tol=0.0)
+                except spla.ArpackError:
+                    break
+                if np.abs(w).min() <= tau:
+                    return w, V
+                k *= 2
+        return sla.eigh(R, driver="evd", overwrite_a=True, check_finite=False)
 
 
 def lta_refine_cells(
