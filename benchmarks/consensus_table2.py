@@ -51,7 +51,8 @@ PROTOCOL = " ".join(
 Protocol: per set, 10 repetitions × 40 k-means runs (k = true class count, k-means++ with one
 start, seed + r per repetition r), items shuffled with seed + r, ACC by the Hungarian map;
 k-means = mean ACC of the 40 base clusterings. `l2` and `rcc` use the normalised co-association
-D^-1/2 M D^-1/2 (the default); the `(unnormalised)` columns fuse the paper's M̃ itself; `rcc (l1)` fuses D^-1 M D^-1 (every cluster the same l1 mass).
+D^-1/2 M D^-1/2 (the default); the `(unnormalised)` columns fuse the paper's M̃ itself;
+`rcc (l1)` fuses D^-1 M D^-1 (every cluster the same l1 mass).
 Paper = seed 003 Table 2. Text sets (cstr, reuters10) are TF-IDF with unit rows, identical in
 both preprocessings, so they are run once (raw); reuters10 = 2,900 random documents, 1,000 terms
 (the paper's 2900×1000). Timings are wall seconds on a shared, heavily loaded 2-core machine

@@ -330,9 +330,9 @@ def test_cell_reduction_matches_the_full_admm(normalize):
         M = co_association(labels, normalize=normalize)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        model = RCC(
-            3, normalize=normalize, max_iter=25, eigen_solver="dense", random_state=0
-        ).fit(labels)
+        model = RCC(3, normalize=normalize, max_iter=25, eigen_solver="dense", random_state=0).fit(
+            labels
+        )
     L_ref, hist_ref = _reference_admm(M, 3, "residual", 25)
     assert model.n_cells_ == n_cells
     np.testing.assert_allclose(model.history_["objective"], hist_ref, rtol=1e-8)
