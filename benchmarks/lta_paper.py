@@ -143,7 +143,7 @@ def run_dataset(
     path = RESULTS / f"lta_paper_runs_{name}.csv"
     done = set()
     if path.exists():
-        old = pd.read_csv(path)
+        old = _read_runs(path)
         keys = ["CA" if m.startswith("CA-") else m.split()[0] for m in old["method"]]
         done = set(zip(old["order"], old["repetition"], keys, strict=True))
     draws = pool_ensembles(
