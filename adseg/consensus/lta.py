@@ -84,6 +84,7 @@ from adseg.consensus._base import (
     assign_labels,
     co_association,
     coherent_cells,
+    symmetric_part,
     top_eigenvectors,
 )
 
@@ -329,8 +330,7 @@ def _absmax(X: np.ndarray, valid: np.ndarray | None) -> float:
 
 
 def _sym_dense(X: np.ndarray, out: np.ndarray) -> None:
-    np.add(X, X.T, out=out)
-    out *= 0.5
+    symmetric_part(X, out=out)
 
 
 def lta_refine(
@@ -403,8 +403,7 @@ class _CellSpace:
 
     def sym_into(self, X: np.ndarray, out: np.ndarray) -> None:
         g = self.g
-        np.add(X[:g], X[:g].T, out=out[:g])
-        out[:g] *= 0.5
+        symmetric_part(X[:g], out=out[:g])
         out[g] = X[g]
 
     def svt(self, T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:

@@ -77,6 +77,7 @@ from adseg.consensus._base import (
     check_weights,
     co_association,
     coherent_cells,
+    symmetric_part,
 )
 
 __all__ = ["RCC", "soft_threshold"]
@@ -111,19 +112,6 @@ def _row_blocks(n: int):
     step = max(1, _BLOCK_BYTES // (8 * max(n, 1)))
     for start in range(0, n, step):
         yield slice(start, min(start + step, n))
-
-
-def _symmetrize_inplace(A: np.ndarray) -> None:
-    """A ← (A + Aᵀ)/2 in place, by square blocks (temporaries of one block, not n×n)."""
-    n = A.shape[0]
-    step = max(1, int(np.sqrt(_BLOCK_BYTES / 8)))
-    for i0 in range(0, n, step):
-        i1 = min(i0 + step, n)
-        for j0 in range(i0, n, step):
-            j1 = min(j0 + step, n)
-            avg = (A[i0:i1, j0:j1] + A[j0:j1, i0:i1].T) * 0.5
-            A[i0:i1, j0:j1] = avg
-            A[j0:j1, i0:i1] = avg.T
 
 
 def _low_rank_into(G: np.ndarray, out: np.ndarray) -> None:
@@ -369,7 +357,7 @@ class RCC(BaseFuser):
         count = sizes.astype(np.float64)
         root = np.sqrt(count)
         reduced = bool((sizes > 1).any())
-        _symmetrize_inplace(M)  # the degree scaling is not bit-for-bit symmetric
+        symmetric_part(M, out=M)  # the degree scaling is not bit-for-bit symmetric
         solver = self.eigen_solver
         if solver == "auto":
             solver = "dense" if g <= _DENSE_MAX_N else "subspace"
