@@ -425,3 +425,16 @@ def test_cell_svt_lanczos_path_equals_the_full_eigendecomposition(last_kept, mon
     monkeypatch.undo()
     assert 0 < space.kept[0] < g // 8
     np.testing.assert_allclose(fast, full, atol=1e-10)
+
+
+def test_average_linkage_accepts_similarities_above_one():
+    """The sample orientation's refined matrix can exceed 1; EA must not fail on the negative
+    distances 1 − S and, being invariant to positive affine maps, must cut the same tree."""
+    rng = np.random.default_rng(3)
+    y = np.repeat(np.arange(3), 20)
+    S = (y[:, None] == y[None, :]) * 1.0 + 0.3 * rng.random((60, 60))
+    S = S + S.T  # entries up to ~2.6
+    assert S.max() > 1
+    labels = average_linkage_labels(S, 3)
+    np.testing.assert_array_equal(labels, average_linkage_labels(S / S.max(), 3))
+    assert ari(y, labels) == 1.0

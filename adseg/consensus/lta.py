@@ -550,7 +550,12 @@ def average_linkage_labels(S: np.ndarray, n_clusters: int) -> np.ndarray:
     D *= -0.5
     D += 1.0
     np.fill_diagonal(D, 0.0)
-    tree = linkage(squareform(D, checks=False), method="average")
+    condensed = squareform(D, checks=False)
+    del D
+    low = condensed.min(initial=0.0)
+    if low < 0:  # S > 1 somewhere (the sample orientation does not clip P2): shift, which
+        condensed -= low  # leaves every UPGMA merge, hence the cut, unchanged
+    tree = linkage(condensed, method="average")
     labels = fcluster(tree, t=n_clusters, criterion="maxclust")
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
