@@ -272,9 +272,10 @@ def report(output: Path) -> None:
         "",
         f"Written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from the per-run files "
         "`benchmarks/results/lta_paper_runs_<dataset>.csv`. "
-        f"Machine: {machine()}, shared by ~8 concurrent jobs (1-minute load average 10–20 "
-        "during the runs, recorded per row in the CSVs as `load_1min`); one BLAS thread. "
-        "Seconds are wall-clock under that load, so only their ratios mean much.",
+        f"Machine: {machine()}, shared with other jobs (1-minute load average 10–20 during "
+        "the first session's runs, 2–4 during the second's; recorded per row in the CSVs as "
+        "`load_1min`); one BLAS thread. Seconds are wall-clock under that load, so only their "
+        "ratios mean much.",
         "",
         "Commands: one process per data set, "
         "`nice -n 10 .venv/bin/python benchmarks/lta_paper.py --datasets <name> --runs 20` "
@@ -331,8 +332,9 @@ def report(output: Path) -> None:
             "## Not run",
             "",
             f"{', '.join(missing)}: no runs recorded. One LTA solve at n = 5,000–7,797 is "
-            "~5–7 CPU-minutes (benchmarks/results/lta_scaling.md), over an hour of wall time "
-            "per solve at this session's load, and lta-sample on pool_isolet holds ~7.5 GB. "
+            "~5–7 CPU-minutes (benchmarks/results/lta_scaling.md), each run needs three (lta-sample "
+            "in both orders, lta-frontal), and lta-sample on pool_isolet holds ~7.5 GB: the "
+            "runs did not fit in the sessions' time on this 2-core machine. "
             "Share of neighbours in the same class in the file order: "
             + ", ".join(
                 f"{d} {np.mean(load_dataset(d).y[1:] == load_dataset(d).y[:-1]):.3f}"
