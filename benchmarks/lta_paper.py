@@ -332,8 +332,9 @@ def report(output: Path) -> None:
             "## Not run",
             "",
             f"{', '.join(missing)}: no runs recorded. One LTA solve at n = 5,000–7,797 is "
-            "~5–7 CPU-minutes (benchmarks/results/lta_scaling.md), each run needs three (lta-sample "
-            "in both orders, lta-frontal), and lta-sample on pool_isolet holds ~7.5 GB: the "
+            "~5–7 CPU-minutes (benchmarks/results/lta_scaling.md), each run needs three "
+            "(lta-sample in both orders, lta-frontal), and lta-sample on pool_isolet holds "
+            "~7.5 GB: the "
             "runs did not fit in the sessions' time on this 2-core machine. "
             "Share of neighbours in the same class in the file order: "
             + ", ".join(
