@@ -185,6 +185,31 @@ def test_svt_sample_transposed_axis_for_symmetric_input():
     assert np.abs(P2).max() > 0
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (7, 7), (12, 9), (9, 12)])
+def test_svt_sample_along_rows_is_the_transposed_svt(shape):
+    """axis=1 (the solver's layout, DFT along contiguous rows) is the axis-0 SVT of the
+    transposes, also with reused buffers and the FFTs split into row blocks on threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from adseg.consensus.lta import _RowSVT
+
+    rng = np.random.default_rng(sum(shape))
+    T1, T2 = rng.normal(size=(2, *shape))
+    P1, P2 = svt_sample(T1.T.copy(), T2.T.copy(), 0.6)
+    Q1, Q2 = svt_sample(T1, T2, 0.6, axis=1)
+    np.testing.assert_allclose(Q1, P1.T, atol=1e-12)
+    np.testing.assert_allclose(Q2, P2.T, atol=1e-12)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        svt = _RowSVT(shape, pool, threads=3)
+        for tau in (0.6, 0.0):  # the second call reuses the buffers
+            R1, R2 = svt(T1, T2, tau)
+            S1, S2 = svt_sample(T1, T2, tau, axis=1)
+            np.testing.assert_allclose(R1, S1, atol=1e-12)
+            np.testing.assert_allclose(R2, S2, atol=1e-12)
+    with pytest.raises(ValueError, match="axis"):
+        svt_sample(T1, T2, 0.6, axis=2)
+
+
 # --- sub-steps and solver (§9.12–18) -------------------------------------------------------
 
 

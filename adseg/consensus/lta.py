@@ -68,12 +68,12 @@ eigenvectors of D^{-1/2} W D^{-1/2}.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.fft as sfft
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -126,7 +126,9 @@ def coassociation_and_links(labels) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 
-def svt_sample(T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+def svt_sample(
+    T1: np.ndarray, T2: np.ndarray, tau: float, *, axis: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """The paper's tensor SVT (spec §3.3 A): DFT along axis 0 (the item index), then at each
     frequency f the n×2 matrix G_f = [F1[f], F2[f]]ᵀ is shrunk, σ → (σ − τ)₊.
 
@@ -135,32 +137,102 @@ def svt_sample(T1: np.ndarray, T2: np.ndarray, tau: float) -> tuple[np.ndarray, 
     half is implied. Inputs: two real n×p arrays (p = n in the solver). Output: two real n×p
     arrays, *not* symmetric even for symmetric inputs. Cost O(n p log n); memory two half
     spectra ((n/2+1)×p complex128) and the outputs.
+
+    ``axis=1`` takes the DFT along the rows instead: ``svt_sample(T1ᵀ, T2ᵀ, τ, axis=1)`` is
+    ``svt_sample(T1, T2, τ)`` transposed. The solver runs on transposed iterates for this reason
+    (:class:`_RowSVT`): a DFT along the contiguous axis of a C-ordered array is faster.
     """
-    n = T1.shape[0]
-    F1 = sfft.rfft(T1, axis=0, workers=-1)
-    F2 = sfft.rfft(T2, axis=0, workers=-1)
-    V1 = F1.view(np.float64).reshape(F1.shape[0], -1, 2)
-    V2 = F2.view(np.float64).reshape(F2.shape[0], -1, 2)
-    a = np.einsum("fjk,fjk->f", V1, V1)
-    d = np.einsum("fjk,fjk->f", V2, V2)
-    b_re = np.einsum("fjk,fjk->f", V1, V2)
-    b_im = np.einsum("fj,fj->f", V1[..., 0], V2[..., 1]) - np.einsum(
-        "fj,fj->f", V1[..., 1], V2[..., 0]
+    if axis not in (0, 1):
+        raise ValueError(f"axis must be 0 or 1; got {axis!r}.")
+    if axis == 1:
+        return _svt_rows(T1, T2, tau)
+    P1, P2 = _svt_rows(T1.T, T2.T, tau)
+    return P1.T, P2.T
+
+
+class _RowSVT:
+    """``svt_sample(·, ·, τ, axis=1)`` for the solver's p×n iterates, into buffers it reuses
+    (two half spectra p×(n/2+1) complex128 and the two p×n outputs: no per-iteration
+    allocation of n×n arrays, whose page faults cost as much as the FFTs at n = 5,000), with
+    the row blocks' FFTs on a thread pool (numpy's FFT releases the GIL)."""
+
+    def __init__(self, shape: tuple[int, int], executor: ThreadPoolExecutor, threads: int):
+        p, n = shape
+        self.spectra = tuple(np.empty((p, n // 2 + 1), dtype=np.complex128) for _ in range(2))
+        self.out = tuple(np.empty((p, n), dtype=np.float64) for _ in range(2))
+        self.executor = executor
+        self.threads = threads
+
+    def __call__(self, T1: np.ndarray, T2: np.ndarray, tau: float):
+        return _svt_rows(
+            T1,
+            T2,
+            tau,
+            spectra=self.spectra,
+            out=self.out,
+            executor=self.executor,
+            blocks=self.threads,
+        )
+
+
+def _svt_rows(T1, T2, tau, *, spectra=None, out=None, executor=None, blocks=1):
+    """svt_sample with the DFT along axis 1 (rows). ``spectra``/``out``: optional buffers
+    (two p×(n/2+1) complex, two p×n float); ``executor``: runs ``blocks`` row blocks' FFTs in
+    parallel."""
+    p, n = T1.shape
+    if spectra is None:
+        spectra = tuple(np.empty((p, n // 2 + 1), dtype=np.complex128) for _ in range(2))
+    if out is None:
+        out = tuple(np.empty((p, n), dtype=np.float64) for _ in range(2))
+    F1, F2 = spectra
+    _rowwise(np.fft.rfft, ((T1, F1), (T2, F2)), {}, executor, blocks)
+    w11, w12, w21, w22 = _gram_svt_weights(*_gram_entries(F1, F2), tau)
+    # G'_f = G_f W_f in place, a slab of rows at a time (no n×n temporaries)
+    step = max(1, (1 << 16) // F1.shape[1])
+    for r0 in range(0, p, step):
+        x, y = F1[r0 : r0 + step], F2[r0 : r0 + step]
+        x_to_y = x * w12
+        x *= w11
+        x += y * w21
+        y *= w22
+        y += x_to_y
+    _rowwise(np.fft.irfft, ((F1, out[0]), (F2, out[1])), {"n": n}, executor, blocks)
+    return out
+
+
+def _rowwise(transform, pairs, kwargs, executor, blocks: int) -> None:
+    """out[rows] = transform(src[rows], axis=1, **kwargs) for each (src, out) pair, in
+    ``blocks`` row blocks each, spread over the executor's threads (serially without one)."""
+    jobs = []
+    for src, dst in pairs:
+        edges = np.linspace(0, src.shape[0], blocks + 1).astype(int)
+        for r0, r1 in zip(edges[:-1], edges[1:], strict=True):
+            if r1 > r0:
+                jobs.append((src[r0:r1], dst[r0:r1]))
+
+    def run(job):
+        transform(job[0], axis=1, out=job[1], **kwargs)
+
+    if executor is None:
+        for job in jobs:
+            run(job)
+    else:
+        list(executor.map(run, jobs))
+
+
+def _gram_entries(F1: np.ndarray, F2: np.ndarray):
+    """Per frequency f (a column of the p×(n/2+1) spectra), summing over the rows:
+    a = ‖F1[:, f]‖², d = ‖F2[:, f]‖², b = ⟨F1[:, f], F2[:, f]⟩ (conjugate on the first),
+    from real views so that no complex temporaries are formed. Inputs C-contiguous. O(n p)."""
+    V1 = F1.view(np.float64)
+    V2 = F2.view(np.float64)
+    a = np.einsum("jf,jf->f", V1, V1).reshape(-1, 2).sum(axis=1)
+    d = np.einsum("jf,jf->f", V2, V2).reshape(-1, 2).sum(axis=1)
+    b_re = np.einsum("jf,jf->f", V1, V2).reshape(-1, 2).sum(axis=1)
+    b_im = np.einsum("jf,jf->f", V1[:, 0::2], V2[:, 1::2]) - np.einsum(
+        "jf,jf->f", V1[:, 1::2], V2[:, 0::2]
     )
-    w11, w12, w21, w22 = _gram_svt_weights(a, d, b_re + 1j * b_im, tau)
-    # G'_f = G_f W_f, with one spare half spectrum
-    tmp = np.multiply(F2, w21[:, None])
-    out1 = F1 * w11[:, None]
-    out1 += tmp
-    np.multiply(F1, w12[:, None], out=tmp)
-    del F1
-    F2 *= w22[:, None]
-    F2 += tmp
-    del tmp
-    P1 = sfft.irfft(out1, n=n, axis=0, workers=-1)
-    del out1
-    P2 = sfft.irfft(F2, n=n, axis=0, workers=-1)
-    return P1, P2
+    return a, d, b_re + 1j * b_im
 
 
 def _gram_svt_weights(a, d, b, tau):
@@ -349,25 +421,33 @@ def lta_refine(
 
     This is the literal n×n solver for both orientations ("frontal" does two dense n×n SVDs
     per iteration, O(n³): use it as a reference on small n; :class:`LTA` runs the equivalent
-    cell-reduced solver). Holds about 12 n×n float64 arrays. Returns :class:`LTAResult`.
+    cell-reduced solver). Holds about 14 n×n float64-sized arrays (A, Ω, the five iterates, three
+    multipliers, two work arrays, and for "sample" two reused half spectra). Returns
+    :class:`LTAResult`.
     """
     _check_choice("orientation", orientation, ORIENTATIONS)
-    A = np.ascontiguousarray(A, dtype=np.float64)
+    A = np.asarray(A, dtype=np.float64)
     omega = np.asarray(omega, dtype=bool)
-    svt = svt_sample if orientation == "sample" else svt_frontal
-    return _admm(
-        A,
-        omega,
-        svt,
-        _sym_dense,
-        valid=None,
-        lam=lam,
-        mu0=mu0,
-        rho=rho,
-        mu_max=mu_max,
-        tol=tol,
-        max_iter=max_iter,
-    )
+    settings = dict(valid=None, lam=lam, mu0=mu0, rho=rho, mu_max=mu_max, tol=tol)
+    if orientation == "frontal":
+        return _admm(
+            np.ascontiguousarray(A), omega, svt_frontal, _sym_dense, max_iter=max_iter, **settings
+        )
+    # Every step but the SVT is elementwise or symmetrises, so the ADMM on the transposed data
+    # has the transposed iterates; there the item-axis DFT runs along contiguous rows.
+    threads = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=threads) as executor:
+        res = _admm(
+            np.ascontiguousarray(A.T),
+            np.ascontiguousarray(omega.T),
+            _RowSVT(A.shape, executor, threads),
+            _sym_dense,
+            max_iter=max_iter,
+            **settings,
+        )
+    for name in ("P1", "P2", "E", "B", "C"):
+        setattr(res, name, getattr(res, name).T)
+    return res
 
 
 class _CellSpace:
