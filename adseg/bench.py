@@ -8,6 +8,8 @@ scripts under benchmarks/ and ``adseg bench`` write them to files.
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +21,21 @@ from sklearn.utils import check_random_state
 
 from adseg.ensemble import kmeans_ensemble
 from adseg.metrics import ari, clustering_accuracy, nmi
+
+
+def machine_summary() -> str:
+    """One line naming the machine a benchmark ran on: platform, CPUs, memory, Python, and the
+    1/5/15-minute load averages at the call (the machines here are shared; timings need it)."""
+    try:
+        memory = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory = "? GiB"
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{platform.platform()}, {os.cpu_count()} CPUs, {memory} memory, "
+        f"Python {platform.python_version()}, load {load}"
+    )
+
 
 FuserFactory = Callable[[int, int], object]
 """(n_clusters, seed) → an unfitted fuser with fit_predict(labels)."""

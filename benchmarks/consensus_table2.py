@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adseg.bench import Ensemble, _scores  # noqa: E402
+from adseg.bench import Ensemble, _scores, machine_summary  # noqa: E402
 from adseg.bench_table2 import (  # noqa: E402
     PAPER_COLUMNS,
     PAPER_TABLE2,
@@ -112,19 +111,6 @@ def _peer_error(ensembles, msg, solvers) -> pd.DataFrame:
             for e in ensembles
             for m in solvers
         ]
-    )
-
-
-def machine() -> str:
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            return "?"
-
-    return (
-        f"{platform.platform()}, Python {platform.python_version()}, nproc {sh('nproc')}; "
-        f"memory: {sh('free -g | sed -n 2p')}"
     )
 
 
@@ -274,7 +260,7 @@ def main() -> None:
         frame["command"] = command
         frame["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         frame["load"] = f"{load0:.1f}/{os.getloadavg()[0]:.1f}"
-        frame["machine"] = machine()
+        frame["machine"] = machine_summary()
         if old is not None:
             keep = ~((old["dataset"] == name) & old["preprocessing"].isin(args.preprocessing))
             old = pd.concat([old[keep], frame], ignore_index=True)

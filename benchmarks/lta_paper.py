@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 
-from adseg.bench import pool_ensembles, shuffle_items  # noqa: E402
+from adseg.bench import machine_summary, pool_ensembles, shuffle_items  # noqa: E402
 from adseg.consensus import FUSERS, co_association  # noqa: E402
 from adseg.consensus.lta import LTA, average_linkage_labels, spectral_labels  # noqa: E402
 from adseg.datasets import load_dataset  # noqa: E402
@@ -243,21 +243,6 @@ def summary(ok: pd.DataFrame) -> list[str]:
     return lines
 
 
-def machine() -> str:
-    import platform
-    import subprocess
-
-    def sh(cmd: list[str]) -> str:
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-        except OSError:
-            return ""
-
-    mem = sh(["free", "-g"]).splitlines()
-    total = mem[1].split()[1] if len(mem) > 1 else "?"
-    return f"{platform.platform()}, {os.cpu_count()} CPUs, {total} GiB memory"
-
-
 def report(output: Path) -> None:
     frames = [_read_runs(p) for p in sorted(RESULTS.glob("lta_paper_runs_*.csv"))]
     if not frames:
@@ -272,7 +257,7 @@ def report(output: Path) -> None:
         "",
         f"Written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from the per-run files "
         "`benchmarks/results/lta_paper_runs_<dataset>.csv`. "
-        f"Machine: {machine()}, shared with other jobs (1-minute load average 10–20 during "
+        f"Machine: {machine_summary()}, shared with other jobs (1-minute load average 10–20 during "
         "the first session's runs, 2–4 during the second's; recorded per row in the CSVs as "
         "`load_1min`); one BLAS thread. Seconds are wall-clock under that load, so only their "
         "ratios mean much.",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -130,19 +129,6 @@ def estimates(rows) -> list[str]:
     return out
 
 
-def machine() -> str:
-    def sh(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-        except OSError:
-            return "?"
-
-    return (
-        f"{platform.platform()}; {os.cpu_count()} CPUs; "
-        f"memory {sh(['free', '-g']).splitlines()[1].split()[1] if sh(['free', '-g']) else '?'} GiB"
-    )
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000, 5000])
@@ -193,11 +179,13 @@ def main(argv=None) -> None:
 
 
 def write_report(rows, args, sizes) -> None:
+    from adseg.bench import machine_summary
+
     cmd = "nice -n 10 .venv/bin/python benchmarks/lta_scaling.py " + " ".join(sys.argv[1:]).strip()
     lines = [
         "# LTA: time and peak memory against n",
         "",
-        f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}. "
+        f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine_summary()}. "
         f"BLAS threads: {args.threads}.",
         f"Command: `{cmd}`",
         "",

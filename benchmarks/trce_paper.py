@@ -23,7 +23,6 @@ import argparse
 import datetime as dt
 import os
 import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -34,7 +33,7 @@ import pandas as pd
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from adseg.bench import Ensemble, evaluate, kmeans_ensembles, pool_ensembles
+from adseg.bench import Ensemble, evaluate, kmeans_ensembles, machine_summary, pool_ensembles
 from adseg.consensus import FUSERS
 from adseg.datasets import load_dataset
 
@@ -235,17 +234,6 @@ def run_dataset(
     return out
 
 
-def _machine() -> str:
-    def sh(cmd):
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            return "?"
-
-    mem = sh("free -g | awk '/Mem:/ {print $2}'")
-    return f"nproc {sh('nproc')}, {mem} GiB RAM, load: {sh('uptime')}"
-
-
 def render(rows: pd.DataFrame, notes: list[str]) -> str:
     main = rows[rows["table"] == "main"]
     ok = main[main["error"].isna()] if "error" in main else main
@@ -395,7 +383,7 @@ def main(argv=None) -> int:
     new["command"] = "nice -n 10 .venv/bin/python benchmarks/trce_paper.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
-    new["machine"] = _machine()
+    new["machine"] = machine_summary()
     if csv.exists():
         old = pd.read_csv(csv)
         # a row is one (data set, table, method, ensemble); the newest run wins
