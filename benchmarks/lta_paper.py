@@ -258,9 +258,11 @@ def report(output: Path) -> None:
         f"Written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from the per-run files "
         "`benchmarks/results/lta_paper_runs_<dataset>.csv`. "
         f"Machine: {machine_summary()}, shared with other jobs (1-minute load average 10–20 during "
-        "the first session's runs, 2–4 during the second's; recorded per row in the CSVs as "
-        "`load_1min`); one BLAS thread. Seconds are wall-clock under that load, so only their "
-        "ratios mean much.",
+        "the first session's runs, 2–4 during the second's and third's; recorded per row in "
+        "the CSVs as `load_1min`); one BLAS thread. Seconds are wall-clock under that load, so "
+        "only their ratios mean much. Rows written from 2026-11-21 13:10 UTC on ran the faster "
+        "sample-orientation solver (same iterates; 1.1–1.7× per iteration, "
+        "`lta_sample_iteration.md`), two data sets at a time on the 2 cores.",
         "",
         "Commands: one process per data set, "
         "`nice -n 10 .venv/bin/python benchmarks/lta_paper.py --datasets <name> --runs 20` "
