@@ -136,7 +136,13 @@ def run_one(method: str, labels: np.ndarray, y: np.ndarray, k: int, seed: int) -
 
 
 def run_dataset(
-    name: str, runs: int, seed: int, methods: list[str], orders: list[str], all_orders: bool
+    name: str,
+    runs: int,
+    seed: int,
+    methods: list[str],
+    orders: list[str],
+    all_orders: bool,
+    first_run: int = 0,
 ) -> None:
     data = load_dataset(name)
     k = data.n_classes
@@ -149,7 +155,7 @@ def run_dataset(
     draws = pool_ensembles(
         data.members, data.y, n_repetitions=runs, size=10, seed=seed, shuffle=False
     )
-    for ens in draws:
+    for ens in draws[first_run:]:
         for order in orders:
             if order == "as_given":
                 labels, y = ens.labels, ens.y
@@ -340,6 +346,13 @@ def main(argv=None) -> None:
     ap.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--first-run",
+        type=int,
+        default=0,
+        help="skip the draws before this one (same draws: two processes can share a data set, "
+        "e.g. one with --runs 14 and one with --first-run 14 --runs 20)",
+    )
     ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     ap.add_argument(
         "--orders", nargs="+", default=["as_given", "shuffled"], choices=["as_given", "shuffled"]
@@ -359,7 +372,9 @@ def main(argv=None) -> None:
         runs = 2 if args.quick else args.runs
         print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}", flush=True)
         for name in datasets:
-            run_dataset(name, runs, args.seed, args.methods, args.orders, args.all_orders)
+            run_dataset(
+                name, runs, args.seed, args.methods, args.orders, args.all_orders, args.first_run
+            )
     report(args.output)
 
 
