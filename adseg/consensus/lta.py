@@ -16,19 +16,20 @@ by spectral clustering (``final="sc"``, the paper's Ours-SC) or average-linkage 
 order the items come in: it low-pass filters the co-association along the rows. The benchmark
 files are sorted by class, and a low-pass filter along a class-sorted index keeps exactly the
 ground-truth blocks, which is where the paper's large gains come from (spec §0). Evidence
-(benchmarks/results/lta_paper.md, the paper's protocol, 1–3 runs per set, same draws in both
-orders): in the files' class-sorted order "sample" reproduces the paper's Ours-SC (BinAlpha ACC
-0.92 vs the paper's 0.86, MF 0.99 vs 0.99, Semeion 0.98 vs 0.98); after a seeded shuffle of the
-items the same draws give SC ACC 0.18 / 0.38 / 0.31 — far *below* plain co-association
-clustering (CA-SC 0.45 / 0.59 / 0.58) and below the mean base clustering on BinAlpha and
-Semeion. Advertisers have no meaningful order,
+(benchmarks/results/lta_paper.md, the paper's protocol, 20 runs per set, same draws in both
+orders): in the files' class-sorted order "sample" reproduces the paper's Ours-SC (ACC on
+BinAlpha / MF / Semeion / Caltech20 / Texture 0.92 / 0.99 / 0.98 / 0.42 / 0.97 vs the paper's
+0.86 / 0.99 / 0.98 / 0.42 / 0.99); after a seeded shuffle of the items the same draws give SC
+ACC 0.18 / 0.36 / 0.30 / 0.28 / 0.60 — *below* plain co-association clustering (CA-SC
+0.46 / 0.55 / 0.59 / 0.30 / 0.62) and on BinAlpha, Semeion and Caltech20 below the mean base
+clustering. Advertisers have no meaningful order,
 so the default here is ``orientation="frontal"``: the textbook t-SVD with the DFT along the
 2-slice mode, ‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling
 the items shuffles the result the same way; tests/test_lta.py checks both behaviours, and that
 "sample" changes under a shuffle so nobody "fixes" it silently). Be aware that "frontal" is no
-better than plain co-association clustering on the pools (SC ACC 0.45 / 0.59 / 0.55 vs CA-SC
-0.45 / 0.59 / 0.58; spec §7 saw the same): LTA's published gains do not carry over to unordered
-data.
+better than plain co-association clustering on the pools (SC ACC 0.46 / 0.56 / 0.57 / 0.30 /
+0.61 vs CA-SC 0.46 / 0.55 / 0.59 / 0.30 / 0.62; spec §7 saw the same): LTA's published gains
+do not carry over to unordered data.
 ``"sample"`` is kept to reproduce the paper, and must only be reported with the item order it
 was run on.
 
