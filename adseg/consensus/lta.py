@@ -158,9 +158,7 @@ class _RowSVT:
     the row blocks' FFTs on a thread pool (numpy's FFT releases the GIL)."""
 
     def __init__(self, shape: tuple[int, int], executor: ThreadPoolExecutor, threads: int):
-        p, n = shape
-        self.spectra = tuple(np.empty((p, n // 2 + 1), dtype=np.complex128) for _ in range(2))
-        self.out = tuple(np.empty((p, n), dtype=np.float64) for _ in range(2))
+        self.spectra, self.out = _row_buffers(*shape)
         self.executor = executor
         self.threads = threads
 
@@ -181,10 +179,8 @@ def _svt_rows(T1, T2, tau, *, spectra=None, out=None, executor=None, blocks=1):
     (two p×(n/2+1) complex, two p×n float); ``executor``: runs ``blocks`` row blocks' FFTs in
     parallel."""
     p, n = T1.shape
-    if spectra is None:
-        spectra = tuple(np.empty((p, n // 2 + 1), dtype=np.complex128) for _ in range(2))
-    if out is None:
-        out = tuple(np.empty((p, n), dtype=np.float64) for _ in range(2))
+    if spectra is None or out is None:
+        spectra, out = _row_buffers(p, n)
     F1, F2 = spectra
     _rowwise(np.fft.rfft, ((T1, F1), (T2, F2)), {}, executor, blocks)
     w11, w12, w21, w22 = _gram_svt_weights(*_gram_entries(F1, F2), tau)
@@ -199,6 +195,12 @@ def _svt_rows(T1, T2, tau, *, spectra=None, out=None, executor=None, blocks=1):
         y += x_to_y
     _rowwise(np.fft.irfft, ((F1, out[0]), (F2, out[1])), {"n": n}, executor, blocks)
     return out
+
+
+def _row_buffers(p: int, n: int):
+    """Two p×(n/2+1) complex128 half spectra and two p×n float64 outputs for :func:`_svt_rows`."""
+    spectra = tuple(np.empty((p, n // 2 + 1), dtype=np.complex128) for _ in range(2))
+    return spectra, tuple(np.empty((p, n), dtype=np.float64) for _ in range(2))
 
 
 def _rowwise(transform, pairs, kwargs, executor, blocks: int) -> None:
@@ -402,10 +404,6 @@ def _absmax(X: np.ndarray, valid: np.ndarray | None) -> float:
     return float(max(X.max(), -X.min()))
 
 
-def _sym_dense(X: np.ndarray, out: np.ndarray) -> None:
-    symmetric_part(X, out=out)
-
-
 def lta_refine(
     A: np.ndarray,
     omega: np.ndarray,
@@ -432,7 +430,12 @@ def lta_refine(
     settings = dict(valid=None, lam=lam, mu0=mu0, rho=rho, mu_max=mu_max, tol=tol)
     if orientation == "frontal":
         return _admm(
-            np.ascontiguousarray(A), omega, svt_frontal, _sym_dense, max_iter=max_iter, **settings
+            np.ascontiguousarray(A),
+            omega,
+            svt_frontal,
+            symmetric_part,
+            max_iter=max_iter,
+            **settings,
         )
     # Every step but the SVT is elementwise or symmetrises, so the ADMM on the transposed data
     # has the transposed iterates; there the item-axis DFT runs along contiguous rows.
@@ -442,7 +445,7 @@ def lta_refine(
             np.ascontiguousarray(A.T),
             np.ascontiguousarray(omega.T),
             _RowSVT(A.shape, executor, threads),
-            _sym_dense,
+            symmetric_part,
             max_iter=max_iter,
             **settings,
         )
