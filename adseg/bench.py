@@ -110,6 +110,62 @@ def kmeans_ensembles(
     return out
 
 
+ADVERSARIES = ("none", "random", "merged", "split")
+
+
+def partial_view_ensemble(
+    sizes: Sequence[int],
+    *,
+    n_good: int,
+    coverage: float,
+    adversary: str = "random",
+    n_adversaries: int = 1,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A synthetic ensemble of partial views plus adversarial columns: (y (n,), labels (n, V)).
+
+    ``n_good`` columns are the true partition restricted to a random share ``coverage`` of the
+    items (-1 elsewhere, drawn independently per column: a view that leaves out the advertisers
+    it has no data for). Then ``n_adversaries`` columns that label *every* item (V = n_good +
+    n_adversaries), each drawn afresh: ``"random"`` uniform labels in 0..K-1; ``"merged"`` the
+    truth with two random classes merged; ``"split"`` the truth with one random class cut in two
+    random halves; ``"none"`` adds nothing. Deterministic given ``seed``. O(n V).
+    """
+    if adversary not in ADVERSARIES:
+        raise ValueError(f"adversary must be one of {ADVERSARIES}; got {adversary!r}.")
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must be in (0, 1]; got {coverage!r}.")
+    rng = np.random.default_rng(seed)
+    k = len(sizes)
+    y = np.repeat(np.arange(k), sizes)
+    columns = [np.where(rng.random(y.size) < coverage, y, -1) for _ in range(n_good)]
+    for _ in range(n_adversaries if adversary != "none" else 0):
+        if adversary == "random":
+            columns.append(rng.integers(0, k, y.size))
+            continue
+        z = y.copy()
+        if adversary == "merged":
+            a, b = rng.choice(k, 2, replace=False)
+            z[z == b] = a
+        else:
+            members = rng.permutation(np.flatnonzero(y == rng.integers(k)))
+            z[members[: members.size // 2]] = k
+        columns.append(z)
+    return y, np.column_stack(columns)
+
+
+def adversary_weight(labels: np.ndarray, column: int = -1) -> float:
+    """Mean share of one column in the co-association M̃ over the item pairs it labels: M̃_ij
+    averages the columns that label both i and j, so a column's weight on a pair is
+    1 / (number of such columns). 1 / V when every column labels every item. O(n² V) time,
+    one n×n float64 array."""
+    covered = (np.asarray(labels) >= 0).astype(np.float64)
+    counts = covered @ covered.T
+    mine = np.outer(covered[:, column], covered[:, column]) > 0
+    np.fill_diagonal(mine, False)
+    return float((1.0 / counts[mine]).mean())
+
+
 def evaluate(
     ensembles: Iterable[Ensemble],
     fusers: dict[str, FuserFactory],

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
-from adseg.bench import machine_summary, shuffle_items
+from adseg.bench import adversary_weight, machine_summary, partial_view_ensemble, shuffle_items
 
 
 def test_machine_summary_names_cpus_memory_python_and_load():
@@ -26,3 +27,47 @@ def test_shuffle_items_is_seeded_and_keeps_rows_together():
     assert sorted(perm1.tolist()) == list(range(20))
     y3, l3, perm3 = shuffle_items(y, labels, None)
     np.testing.assert_array_equal(y3, y)
+
+
+def test_partial_view_ensemble_columns():
+    y, labels = partial_view_ensemble([30, 20, 10], n_good=5, coverage=0.4, seed=3)
+    assert labels.shape == (60, 6) and y.tolist() == [0] * 30 + [1] * 20 + [2] * 10
+    good = labels[:, :5]
+    seen = good >= 0
+    np.testing.assert_array_equal(good[seen], np.broadcast_to(y[:, None], good.shape)[seen])
+    assert 0.25 < seen.mean() < 0.55  # about the coverage
+    assert (labels[:, 5] >= 0).all() and set(np.unique(labels[:, 5])) <= {0, 1, 2}
+    _, again = partial_view_ensemble([30, 20, 10], n_good=5, coverage=0.4, seed=3)
+    np.testing.assert_array_equal(labels, again)
+
+
+@pytest.mark.parametrize("adversary, n_labels", [("merged", 2), ("split", 4)])
+def test_partial_view_ensemble_merged_and_split(adversary, n_labels):
+    y, labels = partial_view_ensemble([30, 20, 10], n_good=1, coverage=1.0, adversary=adversary)
+    adv = labels[:, -1]
+    assert np.unique(adv).size == n_labels
+
+    # a merge or split of the truth: each adversarial cluster lies inside one class (split) or
+    # each class inside one adversarial cluster (merged)
+    def inside(a, b):
+        return all(np.unique(b[a == v]).size == 1 for v in np.unique(a))
+
+    assert inside(y, adv) if adversary == "merged" else inside(adv, y)
+
+
+def test_partial_view_ensemble_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="adversary"):
+        partial_view_ensemble([5, 5], n_good=2, coverage=0.5, adversary="evil")
+    with pytest.raises(ValueError, match="coverage"):
+        partial_view_ensemble([5, 5], n_good=2, coverage=0.0)
+    _, none = partial_view_ensemble([5, 5], n_good=2, coverage=1.0, adversary="none")
+    assert none.shape == (10, 2)
+
+
+def test_adversary_weight_is_one_over_the_covering_columns():
+    _, full = partial_view_ensemble([10, 10], n_good=6, coverage=1.0)
+    assert adversary_weight(full) == pytest.approx(1 / 7)
+    labels = np.array([[0, 0], [0, -1], [1, 1]])
+    # the last column labels pairs (0, 2) (both columns: 1/2) and nothing else off the diagonal
+    assert adversary_weight(labels) == pytest.approx(0.5)
+    assert adversary_weight(labels, column=0) == pytest.approx((1 + 1 + 0.5) / 3)
