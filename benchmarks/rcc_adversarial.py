@@ -122,7 +122,8 @@ def main() -> None:
         "items with the true class (-1 elsewhere); every adversarial column labels all items. "
         "*Adversary's weight*: its mean share of an entry of M̃ (M̃_ij averages the columns "
         "that label both i and j; 1/V at full coverage). *ACC vs adversary*: agreement of the "
-        "fused labels with the (first) adversarial column.",
+        "fused labels with the (first) adversarial column. The reading: "
+        "benchmarks/results/consensus_table2.md, *Adversarial columns*.",
         "",
     ]
     args.out.write_text("\n".join(header + lines) + "\n", encoding="utf-8")
