@@ -135,6 +135,12 @@ def partial_view_ensemble(
         raise ValueError(f"adversary must be one of {ADVERSARIES}; got {adversary!r}.")
     if not 0.0 < coverage <= 1.0:
         raise ValueError(f"coverage must be in (0, 1]; got {coverage!r}.")
+    if n_good < 0 or n_adversaries < 0 or n_good + (adversary != "none") * n_adversaries < 1:
+        raise ValueError(
+            f"need at least one column; got n_good={n_good}, n_adversaries={n_adversaries}."
+        )
+    if adversary == "merged" and len(sizes) < 2:
+        raise ValueError("adversary='merged' needs at least two classes.")
     rng = np.random.default_rng(seed)
     k = len(sizes)
     y = np.repeat(np.arange(k), sizes)
@@ -157,8 +163,8 @@ def partial_view_ensemble(
 def adversary_weight(labels: np.ndarray, column: int = -1) -> float:
     """Mean share of one column in the co-association M̃ over the item pairs it labels: M̃_ij
     averages the columns that label both i and j, so a column's weight on a pair is
-    1 / (number of such columns). 1 / V when every column labels every item. O(n² V) time,
-    one n×n float64 array."""
+    1 / (number of such columns). 1 / V when every column labels every item. O(n² V) time;
+    one n×n float64 and one n×n bool array."""
     covered = (np.asarray(labels) >= 0).astype(np.float64)
     counts = covered @ covered.T
     mine = np.outer(covered[:, column], covered[:, column]) > 0

@@ -60,6 +60,10 @@ def test_partial_view_ensemble_rejects_bad_parameters():
         partial_view_ensemble([5, 5], n_good=2, coverage=0.5, adversary="evil")
     with pytest.raises(ValueError, match="coverage"):
         partial_view_ensemble([5, 5], n_good=2, coverage=0.0)
+    with pytest.raises(ValueError, match="at least one column"):
+        partial_view_ensemble([5, 5], n_good=0, coverage=0.5, adversary="none")
+    with pytest.raises(ValueError, match="two classes"):
+        partial_view_ensemble([5], n_good=1, coverage=0.5, adversary="merged")
     _, none = partial_view_ensemble([5, 5], n_good=2, coverage=1.0, adversary="none")
     assert none.shape == (10, 2)
 
