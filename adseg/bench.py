@@ -135,7 +135,8 @@ def partial_view_ensemble(
         raise ValueError(f"adversary must be one of {ADVERSARIES}; got {adversary!r}.")
     if not 0.0 < coverage <= 1.0:
         raise ValueError(f"coverage must be in (0, 1]; got {coverage!r}.")
-    if n_good < 0 or n_adversaries < 0 or n_good + (adversary != "none") * n_adversaries < 1:
+    n_adv = 0 if adversary == "none" else n_adversaries
+    if n_good < 0 or n_adv < 0 or n_good + n_adv < 1:
         raise ValueError(
             f"need at least one column; got n_good={n_good}, n_adversaries={n_adversaries}."
         )
@@ -145,7 +146,7 @@ def partial_view_ensemble(
     k = len(sizes)
     y = np.repeat(np.arange(k), sizes)
     columns = [np.where(rng.random(y.size) < coverage, y, -1) for _ in range(n_good)]
-    for _ in range(n_adversaries if adversary != "none" else 0):
+    for _ in range(n_adv):
         if adversary == "random":
             columns.append(rng.integers(0, k, y.size))
             continue

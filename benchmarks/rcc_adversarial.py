@@ -41,6 +41,7 @@ ADVERSARIES = (("none", 0), ("random", 1), ("random", 2), ("merged", 1), ("split
 
 def cell(n_good: int, coverage: float, adversary: str, n_adv: int, seeds: int) -> dict:
     """Mean scores of rcc and l2 over ``seeds`` ensembles of one grid cell."""
+    k = len(SIZES)
     rows = []
     for seed in range(seeds):
         y, labels = partial_view_ensemble(
@@ -51,7 +52,6 @@ def cell(n_good: int, coverage: float, adversary: str, n_adv: int, seeds: int) -
             n_adversaries=n_adv,
             seed=seed,
         )
-        k = len(SIZES)
         rcc = RCC(k, random_state=0).fit_predict(labels)
         l2 = L2CC(k, random_state=0).fit_predict(labels)
         row = [clustering_accuracy(y, rcc), clustering_accuracy(y, l2)]
@@ -95,14 +95,11 @@ def main() -> None:
             for adversary, n_adv in ADVERSARIES:
                 r = cell(n_good, coverage, adversary, n_adv, args.seeds)
                 name = adversary if n_adv <= 1 else f"{adversary} × {n_adv}"
-                adv = (
-                    f"{r['weight']:.2f} | {r['rcc']:.3f} | {r['l2']:.3f}"
-                    if n_adv
-                    else f"— | {r['rcc']:.3f} | {r['l2']:.3f}"
-                )
+                weight = f"{r['weight']:.2f}" if n_adv else "—"
                 vs = f"{r['rcc_adv']:.2f} | {r['l2_adv']:.2f}" if n_adv else "— | —"
                 line = (
-                    f"| {n_good} | {coverage:.2f} | {name} | {adv} | {r['rcc'] - r['l2']:+.3f} "
+                    f"| {n_good} | {coverage:.2f} | {name} | {weight} | {r['rcc']:.3f} "
+                    f"| {r['l2']:.3f} | {r['rcc'] - r['l2']:+.3f} "
                     f"| {r['rcc_min']:.3f} | {r['wins']} / {r['losses']} | {vs} |"
                 )
                 lines.append(line)

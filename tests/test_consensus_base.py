@@ -78,7 +78,7 @@ def test_symmetric_part_tiled_equals_the_plain_formula():
     from adseg.consensus._base import symmetric_part
 
     rng = np.random.default_rng(1)
-    for n in (1, 7, 513, 1100):  # below, at and across the 128-wide tiles
+    for n in (1, 7, 513, 1100):  # below and across the 128-wide tiles
         X = rng.standard_normal((n, n))
         expected = (X + X.T) * 0.5
         out = symmetric_part(X)
