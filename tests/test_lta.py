@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 
 from adseg.consensus import FUSERS, co_association
+from adseg.consensus._base import symmetric_part
 from adseg.consensus.lta import (
     LTA,
+    _admm,
     _CellSpace,
+    _Iterates,
     average_linkage_labels,
     coassociation_and_links,
     coherent_cells,
@@ -272,6 +275,51 @@ def test_e_step_zeroes_the_gradient():
 def test_solver_is_deterministic(solved):
     again = lta_refine(solved["A"], solved["omega"], orientation="sample")
     np.testing.assert_array_equal(again.P2, solved["sample"].P2)
+
+
+def _textbook_admm(A, omega, svt, lam=0.002, mu=1e-4, rho=1.1, tol=1e-8, max_iter=500):
+    """Spec §3.2 written plainly with whole-array expressions, in the solver's operation order:
+    the reference for the solver's fused row-block passes."""
+    P1 = P2 = E = B = C = L1 = L2 = L3 = np.zeros_like(A)
+    for n_iter in range(1, max_iter + 1):
+        tau = 1.0 / mu
+        P1, P2 = svt(-tau * L1 + B, (-tau * (L2 + L3) + A - E + C) * 0.5, tau)
+        E = (((A - P2) * mu) - L2) / (2.0 * lam + mu)
+        B = np.clip(symmetric_part(tau * L1 + P1), 0.0, 1.0)
+        B[omega] = 1.0
+        C = np.clip(symmetric_part(tau * L3 + P2), 0.0, 1.0)
+        R1, R2, R3 = P1 - B, P2 + E - A, P2 - C
+        r = max(np.abs(R1).max(), np.abs(R2).max(), np.abs(R3).max())
+        L1, L2 = L1 + R1 * mu, L2 + R2 * mu
+        if r < tol:
+            return P1, P2, E, B, C, n_iter, r
+        L3 = L3 + R3 * mu
+        mu = min(rho * mu, 1e8)
+    return P1, P2, E, B, C, n_iter, r
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 1000])
+def test_fused_solver_is_bit_identical_to_the_textbook_loop(block_rows, monkeypatch):
+    labels, _ = _noisy_ensemble(3, n_groups=3, size=20, m=5)
+    A, omega = coassociation_and_links(labels)
+    monkeypatch.setattr(_Iterates, "BLOCK_BYTES", block_rows * A[0].nbytes)
+    res = _admm(
+        A,
+        omega,
+        svt_sample,
+        symmetric_part,
+        valid=None,
+        lam=0.002,
+        mu0=1e-4,
+        rho=1.1,
+        mu_max=1e8,
+        tol=1e-8,
+        max_iter=500,
+    )
+    *iterates, n_iter, r = _textbook_admm(A, omega, svt_sample)
+    assert res.converged and res.n_iter == n_iter and res.residual == r
+    for name, expected in zip(("P1", "P2", "E", "B", "C"), iterates, strict=True):
+        np.testing.assert_array_equal(getattr(res, name), expected, err_msg=name)
 
 
 def test_cell_reduced_solver_equals_dense_frontal_solver(solved):

@@ -339,64 +339,118 @@ def _admm(
 ) -> LTAResult:
     """Inexact ALM of spec §3.2 on arrays of any shape whose entries are the model's matrix
     entries (n×n, or the packed cell form). ``sym_into(X, out)`` writes sym(X) into ``out``;
-    ``valid`` masks the entries that stand for no real matrix entry out of the residual."""
+    ``valid`` masks the entries that stand for no real matrix entry out of the residual.
+
+    The element-wise updates run in two fused passes over row blocks of ~256 KiB per array
+    (:func:`_finish_and_target`, :func:`_e_step_and_projection_targets`), so each iterate is
+    read about twice per iteration instead of ~30 times by whole-array numpy calls; every entry
+    sees the same floating-point operations in the same order, so the iterates are bit-for-bit
+    those of the unfused loop (tested). At n = 7,797 this is the difference between memory
+    bandwidth and the FFTs dominating an iteration.
+    """
     zeros = np.zeros_like(A)
-    P1, P2, E, B, C = (zeros.copy() for _ in range(5))
+    P, E, B, C = (zeros.copy(), zeros.copy()), zeros.copy(), zeros.copy(), zeros.copy()
     L1, L2, L3 = (zeros.copy() for _ in range(3))
-    W1, W2 = zeros, np.zeros_like(A)  # work buffers
+    W1, W2 = zeros, np.zeros_like(A)  # work buffers: the SVT's targets, then the projections'
+    state = _Iterates(A, omega, valid, *P, E, B, C, L1, L2, L3, W1, W2)
+    del P
     mu = float(mu0)
+    state.targets(1.0 / mu)
     history: list[float] = []
     converged = False
     r = np.inf
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 (the count is returned)
         tau = 1.0 / mu
-        # P-step target (Eq. 13)
-        np.multiply(L1, -tau, out=W1)
-        W1 += B
-        np.add(L2, L3, out=W2)
-        W2 *= -tau
-        W2 += A
-        W2 -= E
-        W2 += C
-        W2 *= 0.5
-        P1 = P2 = None  # the SVT needs only its targets; free the old iterates first
-        P1, P2 = svt(W1, W2, tau)
-        # E-step (Eq. 15)
-        np.subtract(A, P2, out=E)
-        E *= mu
-        E -= L2
-        E /= 2.0 * lam + mu
-        # B-step: exact projection on symmetric ∩ [0,1] ∩ {1 on Ω}
-        np.multiply(L1, tau, out=W1)
-        W1 += P1
-        sym_into(W1, B)
-        np.clip(B, 0.0, 1.0, out=B)
-        B[omega] = 1.0
-        # C-step: projection on symmetric ∩ [0,1]
-        np.multiply(L3, tau, out=W1)
-        W1 += P2
-        sym_into(W1, C)
-        np.clip(C, 0.0, 1.0, out=C)
-        # residuals, stop test (before the dual update, as the authors' code), dual update
-        np.subtract(P1, B, out=W1)
-        np.add(P2, E, out=W2)
-        W2 -= A
-        r = max(_absmax(W1, valid), _absmax(W2, valid))
-        W1 *= mu
-        L1 += W1
-        W2 *= mu
-        L2 += W2
-        np.subtract(P2, C, out=W1)
-        r = max(r, _absmax(W1, valid))
+        state.P1 = state.P2 = None  # the SVT needs only its targets; free the old iterates
+        state.P1, state.P2 = svt(W1, W2, tau)
+        state.e_step_and_projection_targets(mu, tau, lam)
+        sym_into(W1, B)  # B- and C-steps: projections on symmetric ∩ [0,1] (B also 1 on Ω)
+        sym_into(W2, C)
+        # residuals, stop test (before the dual update, as the authors' code), dual update, and
+        # the next iteration's SVT targets, in one pass
+        mu_next = min(rho * mu, mu_max)
+        r = state.finish_and_target(mu, 1.0 / mu_next)
         history.append(r)
         if r < tol:
             converged = True
             break
-        W1 *= mu
-        L3 += W1
-        mu = min(rho * mu, mu_max)
-    return LTAResult(P1, P2, E, B, C, n_iter, converged, float(r), mu, history)
+        mu = mu_next
+    return LTAResult(state.P1, state.P2, E, B, C, n_iter, converged, float(r), mu, history)
+
+
+class _Iterates:
+    """The ADMM's arrays and its element-wise steps, each done in one pass over row blocks.
+
+    Every entry goes through exactly the operations (and their order) of the textbook
+    whole-array form, so the result does not depend on the block size."""
+
+    BLOCK_BYTES = 1 << 18  # per array; ~13 arrays per block stay in the L2/L3 caches
+
+    def __init__(self, A, omega, valid, P1, P2, E, B, C, L1, L2, L3, W1, W2):
+        self.A, self.omega, self.valid = A, omega, valid
+        self.P1, self.P2, self.E, self.B, self.C = P1, P2, E, B, C
+        self.L1, self.L2, self.L3, self.W1, self.W2 = L1, L2, L3, W1, W2
+        p = A.shape[0]
+        step = max(1, self.BLOCK_BYTES // max(1, A[0].nbytes))
+        self.blocks = [slice(r0, min(r0 + step, p)) for r0 in range(0, p, step)]
+
+    def targets(self, tau: float) -> None:
+        """W1 ← B − τ L1;  W2 ← (A − E + C − τ (L2 + L3)) / 2   (the P-step targets, Eq. 13)."""
+        for b in self.blocks:
+            self._targets_block(b, tau)
+
+    def _targets_block(self, b: slice, tau: float) -> None:
+        W1, W2 = self.W1[b], self.W2[b]
+        np.multiply(self.L1[b], -tau, out=W1)
+        W1 += self.B[b]
+        np.add(self.L2[b], self.L3[b], out=W2)
+        W2 *= -tau
+        W2 += self.A[b]
+        W2 -= self.E[b]
+        W2 += self.C[b]
+        W2 *= 0.5
+
+    def e_step_and_projection_targets(self, mu: float, tau: float, lam: float) -> None:
+        """E ← (μ (A − P2) − L2) / (2λ + μ) (Eq. 15);  W1 ← P1 + τ L1;  W2 ← P2 + τ L3."""
+        denominator = 2.0 * lam + mu
+        for b in self.blocks:
+            E, W1, W2, P2 = self.E[b], self.W1[b], self.W2[b], self.P2[b]
+            np.subtract(self.A[b], P2, out=E)
+            E *= mu
+            E -= self.L2[b]
+            E /= denominator
+            np.multiply(self.L1[b], tau, out=W1)
+            W1 += self.P1[b]
+            np.multiply(self.L3[b], tau, out=W2)
+            W2 += P2
+
+    def finish_and_target(self, mu: float, tau_next: float) -> float:
+        """Clip B and C to [0, 1] and set B to 1 on Ω (completing the projections), return
+        the residual max(|P1 − B|, |P2 + E − A|, |P2 − C|) over the valid entries, ascend the
+        duals (L += μ · residual) and write the next iteration's SVT targets."""
+        r = 0.0
+        for b in self.blocks:
+            B, C, W1, W2 = self.B[b], self.C[b], self.W1[b], self.W2[b]
+            P2 = self.P2[b]
+            valid = None if self.valid is None else self.valid[b]
+            np.clip(B, 0.0, 1.0, out=B)
+            B[self.omega[b]] = 1.0
+            np.clip(C, 0.0, 1.0, out=C)
+            np.subtract(self.P1[b], B, out=W1)
+            np.add(P2, self.E[b], out=W2)
+            W2 -= self.A[b]
+            r = max(r, _absmax(W1, valid), _absmax(W2, valid))
+            W1 *= mu
+            self.L1[b] += W1
+            W2 *= mu
+            self.L2[b] += W2
+            np.subtract(P2, C, out=W1)
+            r = max(r, _absmax(W1, valid))
+            W1 *= mu
+            self.L3[b] += W1
+            self._targets_block(b, tau_next)
+        return r
 
 
 def _absmax(X: np.ndarray, valid: np.ndarray | None) -> float:
