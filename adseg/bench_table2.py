@@ -37,14 +37,18 @@ from adseg.datasets import load_dataset, load_reuters10
 __all__ = [
     "PAPER_TABLE2",
     "TABLE2_DATASETS",
+    "TEXT_DATASETS",
     "default_methods",
     "format_table2",
+    "format_set_means",
     "load_table2_features",
     "run_table2",
     "table2_ensembles",
 ]
 
 TABLE2_DATASETS = ("cstr", "glass", "ionosphere", "iris", "reuters10", "soybean", "wine", "zoo")
+# TF-IDF with unit rows in every preprocessing mode: one run serves both
+TEXT_DATASETS = ("cstr", "reuters10")
 PREPROCESSING = ("raw", "standardized")
 REUTERS_N_DOCS = 2900
 REUTERS_N_TERMS = 1000
@@ -245,4 +249,48 @@ def format_table2(
             vals = [PAPER_TABLE2[s][PAPER_COLUMNS.index(c)] for s in sets if s in PAPER_TABLE2]
             foot.append(f"{np.mean(vals):.3f}" if vals else "—")
     lines.append("| " + " | ".join(foot) + " |")
+    return "\n".join(lines)
+
+
+def format_set_means(
+    frame: pd.DataFrame,
+    methods: Iterable[str],
+    *,
+    datasets: Iterable[str] = TABLE2_DATASETS,
+    digits: int = 3,
+) -> str:
+    """Markdown table: per preprocessing mode, the mean ACC of each method over ``datasets``.
+
+    A text set (TEXT_DATASETS) is featurised identically in every mode, so its rows from
+    whichever mode it was run in count for every mode. A mean needs every set ("—" otherwise,
+    never a mean over fewer sets). The last column counts the sets where rcc beats / ties (to
+    ``digits`` decimals) / trails l2."""
+    summ = summarize_table2(frame)
+    table = summ.pivot_table(
+        index=["dataset", "preprocessing"], columns="method", values="acc_mean"
+    )
+    preps = list(dict.fromkeys(summ["preprocessing"]))
+    datasets, methods = list(datasets), list(methods)
+    head = ["prep", "sets", *methods, "rcc vs l2: better / tie / worse"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for prep in preps:
+        rows = {}
+        for name in datasets:
+            modes = [prep, *(p for p in preps if p != prep)] if name in TEXT_DATASETS else [prep]
+            found = [m for m in modes if (name, m) in table.index]
+            if found:
+                rows[name] = table.loc[(name, found[0])]
+        sets = pd.DataFrame(rows).T.reindex(columns=sorted({*methods, "rcc", "l2"}))
+        complete = len(sets) == len(datasets)
+        cells = [
+            f"{sets[m].mean():.{digits}f}" if complete and sets[m].notna().all() else "—"
+            for m in methods
+        ]
+        diff = (sets["rcc"] - sets["l2"]).round(digits)
+        count = "—"
+        if complete and diff.notna().all():
+            count = f"{(diff > 0).sum()} / {(diff == 0).sum()} / {(diff < 0).sum()}"
+        lines.append(
+            "| " + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells, count]) + " |"
+        )
     return "\n".join(lines)

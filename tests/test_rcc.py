@@ -250,6 +250,43 @@ def test_bench_table2_protocol(shared_datasets):
     assert "| iris | raw | 150 |" in text and "paper RCC" in text
 
 
+def test_set_means_count_text_sets_in_every_mode_and_refuse_partial_means():
+    import pandas as pd
+
+    from adseg.bench_table2 import TABLE2_DATASETS, TEXT_DATASETS, format_set_means
+
+    def acc(name, prep, method):
+        if method == "rcc":
+            return {"cstr": 0.6, "zoo": 0.4}.get(
+                name, 0.7 if (name, prep) == ("glass", "standardized") else 0.5
+            )
+        return 0.5
+
+    rows = [
+        {
+            "dataset": name,
+            "preprocessing": prep,
+            "method": m,
+            "repetition": r,
+            "acc": acc(name, prep, m),
+            "seconds": 0.1,
+            "error": None,
+            "n_items": 10,
+        }
+        for name in TABLE2_DATASETS
+        for prep in (("raw",) if name in TEXT_DATASETS else ("raw", "standardized"))
+        for m in ("l2", "rcc")
+        for r in range(2)
+    ]
+    frame = pd.DataFrame(rows)
+    lines = format_set_means(frame, ["l2", "rcc"]).splitlines()
+    assert lines[2] == "| raw | 8 of 8 | 0.500 | 0.500 | 1 / 6 / 1 |"
+    # the text sets' raw runs count for the standardised row too
+    assert lines[3] == "| standardized | 8 of 8 | 0.500 | 0.525 | 2 / 5 / 1 |"
+    partial = format_set_means(frame[frame["dataset"] != "iris"], ["l2", "rcc"]).splitlines()
+    assert partial[2] == "| raw | 7 of 8 | — | — | — |"
+
+
 def _spec_unbalanced_case(p=0.05, seed=0):
     """spec rcc.md §2: truth 240/60/60/60; five clusterings close to the truth (each label
     replaced at random with probability p) and three identical ones over-splitting the big
