@@ -1,9 +1,10 @@
 """Seconds per ADMM iteration of the paper's (sample-orientation) LTA solver at the pool sizes.
 
 The sample orientation cannot use the cell reduction (its DFT runs along the item index), so
-each iteration costs four length-n real FFTs of n×n arrays plus ~20 elementwise passes. This
-times ``lta_refine(A, Ω, orientation="sample", max_iter=ITER)`` on random 10-column label
-matrices (the cost does not depend on the labels) and reports wall and CPU seconds per iteration.
+each iteration costs four length-n real FFTs of n×n arrays plus two fused element-wise passes
+and two symmetrisations. This times ``lta_refine(A, Ω, orientation="sample", max_iter=ITER)``
+on random 10-column label matrices (the cost does not depend on the labels) and reports wall and
+CPU seconds per iteration.
 
     .venv/bin/python benchmarks/lta_sample_iteration.py --sizes 2386 5000 5500 7797 --iter 8
 

@@ -342,11 +342,11 @@ def _admm(
     ``valid`` masks the entries that stand for no real matrix entry out of the residual.
 
     The element-wise updates run in two fused passes over row blocks of ~256 KiB per array
-    (:func:`_finish_and_target`, :func:`_e_step_and_projection_targets`), so each iterate is
-    read about twice per iteration instead of ~30 times by whole-array numpy calls; every entry
-    sees the same floating-point operations in the same order, so the iterates are bit-for-bit
-    those of the unfused loop (tested). At n = 7,797 this is the difference between memory
-    bandwidth and the FFTs dominating an iteration.
+    (``_Iterates.e_step_and_projection_targets`` and ``_Iterates.finish_and_target``), so each
+    iterate is read about twice per iteration instead of ~30 times by whole-array numpy calls;
+    every entry sees the same floating-point operations in the same order, so the iterates are
+    bit-for-bit those of the whole-array loop (tested). Measured gain: 6–17 % per iteration at
+    n = 5,000–5,500 (benchmarks/results/lta_sample_iteration.md).
     """
     zeros = np.zeros_like(A)
     P, E, B, C = (zeros.copy(), zeros.copy()), zeros.copy(), zeros.copy(), zeros.copy()
