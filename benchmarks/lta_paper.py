@@ -268,7 +268,10 @@ def report(output: Path) -> None:
         "the CSVs as `load_1min`); one BLAS thread. Seconds are wall-clock under that load, so "
         "only their ratios mean much. Rows written from 2026-11-21 13:10 UTC on ran the faster "
         "sample-orientation solver (same iterates; 1.1–1.7× per iteration, "
-        "`lta_sample_iteration.md`), two data sets at a time on the 2 cores.",
+        "`lta_sample_iteration.md`), two data sets at a time on the 2 cores; rows written from "
+        "18:57 UTC on (pool_isolet runs 4–9, run 13 shuffled, runs 14 on) ran its "
+        "fused element-wise passes (bit-identical iterates, 6–17 % faster per iteration at "
+        "n = 5,000–5,500, see the same file).",
         "",
         "Commands: one process per data set, "
         "`nice -n 10 .venv/bin/python benchmarks/lta_paper.py --datasets <name> --runs 20` "
