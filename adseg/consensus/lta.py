@@ -349,11 +349,10 @@ def _admm(
     n = 5,000–5,500 (benchmarks/results/lta_sample_iteration.md).
     """
     zeros = np.zeros_like(A)
-    P, E, B, C = (zeros.copy(), zeros.copy()), zeros.copy(), zeros.copy(), zeros.copy()
-    L1, L2, L3 = (zeros.copy() for _ in range(3))
+    E, B, C, L1, L2, L3 = (zeros.copy() for _ in range(6))
     W1, W2 = zeros, np.zeros_like(A)  # work buffers: the SVT's targets, then the projections'
-    state = _Iterates(A, omega, valid, *P, E, B, C, L1, L2, L3, W1, W2)
-    del P
+    # P1, P2 live only in the state: it drops them before each SVT
+    state = _Iterates(A, omega, valid, zeros.copy(), zeros.copy(), E, B, C, L1, L2, L3, W1, W2)
     mu = float(mu0)
     state.targets(1.0 / mu)
     history: list[float] = []
