@@ -37,6 +37,7 @@ from adseg.bench_table2 import (  # noqa: E402
     PAPER_COLUMNS,
     PAPER_TABLE2,
     TABLE2_DATASETS,
+    TEXT_DATASETS,
     default_methods,
     format_set_means,
     format_table2,
@@ -136,8 +137,8 @@ def render(frame: pd.DataFrame, keep_analysis: str) -> str:
     out += [
         "## Mean ACC over the eight sets, by preprocessing",
         "",
-        "The text sets (cstr, reuters10) are TF-IDF in both modes, so their one run counts in "
-        "both rows; a column without all eight sets shows —.",
+        f"The text sets ({', '.join(TEXT_DATASETS)}) are TF-IDF in both modes, so their one "
+        "run counts in both rows; a column without all eight sets shows —.",
         "",
         format_set_means(frame, ours),
         "",
