@@ -1,0 +1,86 @@
+"""Invariants of the clustering scores (specs/lta.md §9, items 23–26); brute-force agreement."""
+
+from itertools import permutations
+
+import numpy as np
+import pytest
+from sklearn.metrics import normalized_mutual_info_score
+from sklearn.metrics.cluster import contingency_matrix
+
+from adseg.metrics import ari, clustering_accuracy, nmi
+
+
+def _rename(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The same partition under a random bijection of its label values (to far-apart integers)."""
+    values = np.unique(labels)
+    new = rng.permutation(values.size) * 7 + 3
+    return new[np.searchsorted(values, labels)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_identical_labelings_score_one_under_any_renaming(seed):
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 6, 200)
+    renamed = _rename(truth, rng)
+    assert clustering_accuracy(truth, renamed) == 1.0
+    assert nmi(truth, renamed) == pytest.approx(1.0)
+    assert ari(truth, renamed) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_scores_do_not_depend_on_label_names(seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 4, 150), rng.integers(0, 5, 150)
+    a2, b2 = _rename(a, rng), _rename(b, rng)
+    assert clustering_accuracy(a2, b2) == pytest.approx(clustering_accuracy(a, b))
+    assert nmi(a2, b2) == pytest.approx(nmi(a, b))
+    assert ari(a2, b2) == pytest.approx(ari(a, b))
+
+
+@pytest.mark.parametrize("k_pred", [3, 4, 5])
+def test_accuracy_equals_the_best_map_found_by_brute_force(k_pred):
+    """Hungarian map = the best of all injective maps clusters → classes (4 classes); with more
+    clusters than classes the unmatched clusters count as wrong."""
+    rng = np.random.default_rng(k_pred)
+    truth, pred = rng.integers(0, 4, 80), rng.integers(0, k_pred, 80)
+    table = contingency_matrix(truth, pred)  # classes × clusters
+    n_classes, n_clusters = table.shape
+    if n_clusters <= n_classes:
+        best = max(
+            table[list(rows), range(n_clusters)].sum()
+            for rows in permutations(range(n_classes), n_clusters)
+        )
+    else:
+        best = max(
+            table[range(n_classes), list(cols)].sum()
+            for cols in permutations(range(n_clusters), n_classes)
+        )
+    assert clustering_accuracy(truth, pred) == pytest.approx(best / truth.size)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_accuracy_is_at_most_purity(seed):
+    rng = np.random.default_rng(seed)
+    truth, pred = rng.integers(0, 5, 120), rng.integers(0, 7, 120)
+    purity = contingency_matrix(truth, pred).max(axis=0).sum() / truth.size
+    assert clustering_accuracy(truth, pred) <= purity + 1e-12
+
+
+def test_ari_is_near_zero_for_independent_labelings():
+    rng = np.random.default_rng(0)
+    values = [ari(rng.integers(0, 5, 2000), rng.integers(0, 5, 2000)) for _ in range(20)]
+    assert abs(np.mean(values)) < 0.005
+    assert max(abs(v) for v in values) < 0.02
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nmi_normalisations_are_ordered(seed):
+    """NMI(max) ≤ NMI(arithmetic, ours) ≤ NMI(min): the benchmarks quote the max form."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 3, 300), rng.integers(0, 8, 300)
+    b[:150] = a[:150]  # some shared structure so the scores are not all near 0
+    low = normalized_mutual_info_score(a, b, average_method="max")
+    high = normalized_mutual_info_score(a, b, average_method="min")
+    assert low <= nmi(a, b) + 1e-12
+    assert nmi(a, b) <= high + 1e-12
+    assert low < high
