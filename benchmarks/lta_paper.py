@@ -217,6 +217,12 @@ def _mean(part: pd.DataFrame, method: str, order: str, metric: str = "acc") -> s
     return f"{sel.mean():.3f}" if len(sel) else "–"
 
 
+def _datasets_run(ok: pd.DataFrame) -> list[str]:
+    """The data sets with recorded runs, in the paper's table order."""
+    present = set(ok["dataset"])
+    return [d for d in DATASETS if d in present]
+
+
 def summary(ok: pd.DataFrame) -> list[str]:
     """ACC (SC) a user can expect (shuffled) beside what holds only in class-sorted order."""
     lines = [
@@ -233,7 +239,7 @@ def summary(ok: pd.DataFrame) -> list[str]:
         "| rcc, shuffled | l2, shuffled | base (mean) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in [d for d in DATASETS if d in set(ok["dataset"])]:
+    for name in _datasets_run(ok):
         part = ok[ok["dataset"] == name]
         runs = int(((part["method"] == "base (mean)") & (part["order"] == "shuffled")).sum())
         y = load_dataset(name).y
@@ -275,7 +281,7 @@ def order_effect(ok: pd.DataFrame) -> list[str]:
         "| max \\|diff\\| |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in [d for d in DATASETS if d in set(ok["dataset"])]:
+    for name in _datasets_run(ok):
         part = ok[ok["dataset"] == name]
         for method in PAIRED_METHODS:
             sel = part[part["method"] == method]
@@ -345,7 +351,7 @@ def report(output: Path) -> None:
     ]
     lines += summary(ok)
     lines += order_effect(ok)
-    for name in [d for d in DATASETS if d in set(ok["dataset"])]:
+    for name in _datasets_run(ok):
         part = ok[ok["dataset"] == name]
         n = int(part["n"].iloc[0])
         lines += [f"## {name} (n = {n}; paper Table {TABLE[name]})", ""]
