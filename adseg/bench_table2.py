@@ -263,23 +263,34 @@ def format_set_means(
 
     A text set (TEXT_DATASETS) is featurised identically in every mode, so its rows from
     whichever mode it was run in count for every mode. A mean needs every set ("—" otherwise,
-    never a mean over fewer sets). The last column counts the sets where rcc beats / ties (to
-    ``digits`` decimals) / trails l2."""
+    never a mean over fewer sets). The last two columns compare rcc with l2: the sets where rcc
+    beats / ties (to ``digits`` decimals) / trails it, and the mean over the sets of their
+    difference, paired by repetition (same base clusterings), with a 95% interval: the sets and
+    their repetitions are independent draws, so the standard error of the S-set mean difference is
+    sqrt(Σ_s var_s / r_s) / S (var_s the sample variance of set s's r_s paired differences;
+    normal approximation)."""
     summ = summarize_table2(frame)
+    ok = frame[frame["error"].isna()] if "error" in frame else frame
+    paired = ok[ok["method"].isin(["rcc", "l2"])].pivot_table(
+        index=["dataset", "preprocessing", "repetition"], columns="method", values="acc"
+    )
     table = summ.pivot_table(
         index=["dataset", "preprocessing"], columns="method", values="acc_mean"
     )
     preps = list(dict.fromkeys(summ["preprocessing"]))
     datasets, methods = list(datasets), list(methods)
-    head = ["prep", "sets", *methods, "rcc vs l2: better / tie / worse"]
+    head = ["prep", "sets", *methods, "rcc vs l2: better / tie / worse", "rcc − l2 (95% interval)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for prep in preps:
-        rows = {}
+        rows, diffs = {}, []
         for name in datasets:
             modes = [prep, *(p for p in preps if p != prep)] if name in TEXT_DATASETS else [prep]
             found = [m for m in modes if (name, m) in table.index]
             if found:
                 rows[name] = table.loc[(name, found[0])]
+                if {"rcc", "l2"} <= set(paired.columns) and (name, found[0]) in paired.index:
+                    d = paired.loc[(name, found[0])]
+                    diffs.append((d["rcc"] - d["l2"]).dropna().to_numpy())
         sets = pd.DataFrame(rows).T.reindex(columns=sorted({*methods, "rcc", "l2"}))
         complete = len(sets) == len(datasets)
         cells = [
@@ -290,7 +301,16 @@ def format_set_means(
         count = "—"
         if complete and diff.notna().all():
             count = f"{(diff > 0).sum()} / {(diff == 0).sum()} / {(diff < 0).sum()}"
+        interval = "—"
+        if complete and len(diffs) == len(datasets) and all(d.size > 1 for d in diffs):
+            mean = np.mean([d.mean() for d in diffs])
+            half = 1.96 * np.sqrt(sum(d.var(ddof=1) / d.size for d in diffs)) / len(diffs)
+            # round first (and + 0.0) so that a round-off residue never prints as -0.000
+            lo, mid, hi = (round(v, digits) + 0.0 for v in (mean - half, mean, mean + half))
+            interval = f"{mid:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
         lines.append(
-            "| " + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells, count]) + " |"
+            "| "
+            + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells, count, interval])
+            + " |"
         )
     return "\n".join(lines)

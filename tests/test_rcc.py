@@ -280,11 +280,25 @@ def test_set_means_count_text_sets_in_every_mode_and_refuse_partial_means():
     ]
     frame = pd.DataFrame(rows)
     lines = format_set_means(frame, ["l2", "rcc"]).splitlines()
-    assert lines[2] == "| raw | 8 of 8 | 0.500 | 0.500 | 1 / 6 / 1 |"
+    # identical repetitions: the paired interval has zero width
+    assert lines[2] == "| raw | 8 of 8 | 0.500 | 0.500 | 1 / 6 / 1 | +0.000 [+0.000, +0.000] |"
     # the text sets' raw runs count for the standardised row too
-    assert lines[3] == "| standardized | 8 of 8 | 0.500 | 0.525 | 2 / 5 / 1 |"
+    assert lines[3] == (
+        "| standardized | 8 of 8 | 0.500 | 0.525 | 2 / 5 / 1 | +0.025 [+0.025, +0.025] |"
+    )
     partial = format_set_means(frame[frame["dataset"] != "iris"], ["l2", "rcc"]).splitlines()
-    assert partial[2] == "| raw | 7 of 8 | — | — | — |"
+    assert partial[2] == "| raw | 7 of 8 | — | — | — | — |"
+    # raw iris: paired differences +0.2 and -0.2 → sample variance 0.08, standard error of the
+    # eight-set mean sqrt(0.08 / 2) / 8 = 0.025, half-width 1.96 × 0.025 = 0.049
+    noisy = frame.copy()
+    iris_rcc = (noisy["dataset"] == "iris") & (noisy["preprocessing"] == "raw")
+    iris_rcc &= noisy["method"] == "rcc"
+    noisy.loc[iris_rcc, "acc"] = 0.5 + np.where(noisy.loc[iris_rcc, "repetition"] == 0, 0.2, -0.2)
+    assert (
+        format_set_means(noisy, ["l2", "rcc"])
+        .splitlines()[2]
+        .endswith("| +0.000 [-0.049, +0.049] |")
+    )
 
 
 def _spec_unbalanced_case(p=0.05, seed=0):
