@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -243,6 +244,22 @@ sample_app = typer.Typer(help="The simulated sample marketplace.", no_args_is_he
 app.add_typer(sample_app, name="sample")
 
 
+_SAMPLE_OPTIONS = {
+    "n_advertisers": "--advertisers",
+    "days": "--days",
+    "train_days": "--train-days",
+    "n_segments": "--segments",
+    "seed": "--seed",
+}
+
+
+def _option_names(message: str, options: dict[str, str]) -> str:
+    """Rewrite a library message for a CLI user: its field names become the option names and a
+    leading 'ClassName: ' goes."""
+    message = re.sub(r"^\w+Config: ", "", message)
+    return re.sub(r"\b(" + "|".join(options) + r")\b", lambda m: options[m.group(1)], message)
+
+
 @sample_app.command("generate")
 @handle_errors
 def sample_generate(
@@ -261,9 +278,16 @@ def sample_generate(
 
     from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
 
-    config = MarketplaceConfig(
-        n_advertisers=advertisers, days=days, train_days=train_days, n_segments=segments, seed=seed
-    )
+    try:
+        config = MarketplaceConfig(
+            n_advertisers=advertisers,
+            days=days,
+            train_days=train_days,
+            n_segments=segments,
+            seed=seed,
+        )
+    except ValueError as exc:  # name the command's options, not the config's fields
+        raise CliError(_option_names(str(exc), _SAMPLE_OPTIONS)) from None
     t0 = time.perf_counter()
     market = simulate_marketplace(config)
     paths = write_marketplace(market, out_dir)

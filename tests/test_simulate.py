@@ -373,3 +373,23 @@ def test_config_json_round_trips(tmp_path, small):
         **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
     )
     assert rebuilt == small.config
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--days", "3"], "--train-days must be in [1, --days); got 7 with --days=3."),
+        (["--advertisers", "0"], "--advertisers must be ≥ 1; got 0."),
+        (["--segments", "0"], "--segments must be ≥ 1; got 0."),
+    ],
+)
+def test_sample_generate_names_the_options_and_writes_nothing(tmp_path, args, message):
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    out = tmp_path / "market"
+    result = CliRunner().invoke(app, ["sample", "generate", "--out", str(out), *args])
+    assert result.exit_code == 2
+    assert f"error: {message}" in result.output
+    assert "Config" not in result.output and not out.exists()
