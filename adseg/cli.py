@@ -47,6 +47,8 @@ DatabaseUrl = Annotated[
     ),
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (for jobs).")]
+# numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
+Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
 
 
 class CliError(Exception):
@@ -352,10 +354,10 @@ def nightly(
     ] = None,
     primary: Annotated[str, typer.Option(help="The fuser whose segments are the product.")] = "rcc",
     segments: Annotated[
-        int | None, typer.Option(help="Number of segments (default: from the KS views).")
+        int | None, typer.Option(help="Number of segments (default: from the KS views).", min=1)
     ] = None,
     supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
-    seed: Annotated[int, typer.Option(help="Seed of every random step.")] = 0,
+    seed: Seed = 0,
     truth: Annotated[
         Path | None,
         typer.Option(help="truth.csv of a simulated marketplace: adds a 'truth' source."),
@@ -464,7 +466,7 @@ def views_command(
     train_end: DateOpt = None,
     eval_start: DateOpt = None,
     eval_end: DateOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of every random step.")] = 0,
+    seed: Seed = 0,
     min_samples: Annotated[
         int, typer.Option(help="Fewer samples than this: left out of a KS view (label -1).")
     ] = 20,
@@ -515,8 +517,8 @@ def segment_command(
     fuser: Annotated[
         list[str] | None, typer.Option("--fuser", help="Fuser(s) (repeatable; default all).")
     ] = None,
-    segments: Annotated[int | None, typer.Option(help="Number of segments.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    segments: Annotated[int | None, typer.Option(help="Number of segments.", min=1)] = None,
+    seed: Seed = 0,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -549,7 +551,7 @@ def segment_command(
 def forecast_command(
     run: Annotated[int, typer.Option("--run", help="Run whose segments to forecast with.")],
     supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    seed: Seed = 0,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -644,7 +646,7 @@ def runs(
             ""
             if row.finished_at is None or pd.isna(row.finished_at)
             else f"{row.finished_at:%H:%M:%S}",
-            (row.error or "")[:80],
+            "" if pd.isna(row.error) else str(row.error)[:80],  # pandas ≥ 3 reads NULL as NaN
         )
     out.print(table)
 

@@ -238,6 +238,29 @@ def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
     assert store.list_runs(loaded).empty
 
 
+def test_bad_seed_and_segments_are_rejected_before_a_run_is_written(loaded, db_url):
+    for args in (["--seed", "-1"], ["--seed", str(2**32)], ["--segments", "0"]):
+        res = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet", *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert f"'{args[0]}'" in res.output
+    assert store.list_runs(loaded).empty
+
+
+def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url):
+    """A NULL error next to a text one (pandas ≥ 3 reads the column as str with NaN)."""
+    pipeline.run_nightly(loaded, config=_config(market_dir))
+    res = runner.invoke(
+        app, ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2", "--segments", "999"]
+    )
+    assert res.exit_code == 2 and "--segments must be between 1 and 200" in res.output
+    res = runner.invoke(app, ["runs", "--database-url", db_url])
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if "nightly" in line]
+    assert len(rows) == 2
+    assert "failed" in rows[0] and "ValueError" in rows[0]  # newest first
+    assert "completed" in rows[1] and "nan" not in rows[1].lower()
+
+
 def test_report_without_runs_says_so(engine, db_url):
     res = runner.invoke(app, ["report", "--database-url", db_url])
     assert res.exit_code == 2 and "no completed run" in res.output
