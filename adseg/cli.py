@@ -502,9 +502,12 @@ def views_command(
 
 
 def _print_frame(frame, title: str) -> None:
+    import pandas as pd
+
     table = Table(title=title)
     for col in frame.columns:
-        table.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
+        numeric = pd.api.types.is_numeric_dtype(frame[col])  # pandas ≥ 3: text is "str", not object
+        table.add_column(str(col), justify="right" if numeric else "left")
     for row in frame.itertuples(index=False):
         table.add_row(*[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row])
     out.print(table)
