@@ -646,9 +646,7 @@ def runs(
             row.kind,
             row.status,
             f"{row.started_at:%Y-%m-%d %H:%M:%S}",
-            ""
-            if row.finished_at is None or pd.isna(row.finished_at)
-            else f"{row.finished_at:%H:%M:%S}",
+            "" if pd.isna(row.finished_at) else f"{row.finished_at:%H:%M:%S}",
             "" if pd.isna(row.error) else str(row.error)[:80],  # pandas ≥ 3 reads NULL as NaN
         )
     out.print(table)
