@@ -269,11 +269,13 @@ def format_set_means(
     their repetitions are independent draws, so the standard error of the S-set mean difference is
     sqrt(Σ_s var_s / r_s) / S (var_s the sample variance of set s's r_s paired differences;
     normal approximation)."""
-    summ = summarize_table2(frame)
-    ok = frame[frame["error"].isna()] if "error" in frame else frame
+    summ = summarize_table2(frame)  # needs the "error" column, as the pairing below does
+    ok = frame[frame["error"].isna()]
     paired = ok[ok["method"].isin(["rcc", "l2"])].pivot_table(
         index=["dataset", "preprocessing", "repetition"], columns="method", values="acc"
     )
+    if not {"rcc", "l2"} <= set(paired.columns):
+        paired = paired.iloc[:0]  # nothing to pair: no interval
     table = summ.pivot_table(
         index=["dataset", "preprocessing"], columns="method", values="acc_mean"
     )
@@ -288,7 +290,7 @@ def format_set_means(
             found = [m for m in modes if (name, m) in table.index]
             if found:
                 rows[name] = table.loc[(name, found[0])]
-                if {"rcc", "l2"} <= set(paired.columns) and (name, found[0]) in paired.index:
+                if (name, found[0]) in paired.index:
                     d = paired.loc[(name, found[0])]
                     diffs.append((d["rcc"] - d["l2"]).dropna().to_numpy())
         sets = pd.DataFrame(rows).T.reindex(columns=sorted({*methods, "rcc", "l2"}))
