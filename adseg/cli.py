@@ -268,7 +268,10 @@ def sample_generate(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files into.")],
     advertisers: Annotated[int, typer.Option(help="Number of advertisers.")] = 1268,
     days: Annotated[int, typer.Option(help="Days in all (training + evaluation).")] = 14,
-    train_days: Annotated[int, typer.Option(help="Days of the training window.")] = 7,
+    train_days: Annotated[
+        int | None,
+        typer.Option(help="Days of the training window [default: half of --days, rounded up]."),
+    ] = None,
     segments: Annotated[int, typer.Option(help="Latent segments.")] = 40,
     seed: Annotated[
         int, typer.Option(help="Random seed (same seed → identical files).")
@@ -284,7 +287,8 @@ def sample_generate(
         config = MarketplaceConfig(
             n_advertisers=advertisers,
             days=days,
-            train_days=train_days,
+            # the nightly's default windows split the data's days in half (train first)
+            train_days=train_days if train_days is not None else (days + 1) // 2,
             n_segments=segments,
             seed=seed,
         )
@@ -320,7 +324,7 @@ def _windows(engine, train_start, train_end, eval_start, eval_end):
     if any(d is None for d in given):
         raise CliError(
             "give all four of --train-start/--train-end/--eval-start/--eval-end, or none "
-            "(default: the last 14 days in the database, 7 + 7)"
+            "(default: the last 14 days in the database, 7 + 7; fewer days are split in half)"
         )
     windows = Windows(*(d.date() for d in given))
     windows.validate()

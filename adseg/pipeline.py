@@ -113,11 +113,23 @@ def _unique_fusers() -> list[str]:
 
 
 def default_windows(engine: Engine, train_days: int = 7, eval_days: int = 7) -> Windows:
-    """The last ``train_days + eval_days`` delivery days in the database, split train | eval."""
+    """The last ``train_days + eval_days`` delivery days in the database, split train | eval.
+
+    A database with fewer days (a pilot, a small sample) gets all of them, split in half — the
+    earlier (larger) half trains — rather than a training window that lies before the data."""
     span = reads.delivery_date_range(engine)
     if span is None:
         raise ValueError("the database has no delivery rows: ingest data first (`adseg ingest`).")
-    last = span[1]
+    first, last = span
+    available = (last - first).days + 1
+    if available < 2:
+        raise ValueError(
+            f"the database has delivery for one day only ({last}); the nightly needs a training "
+            "and an evaluation window: ingest at least two days."
+        )
+    if available < train_days + eval_days:
+        eval_days = available // 2
+        train_days = available - eval_days
     eval_start = last - dt.timedelta(days=eval_days - 1)
     train_end = eval_start - dt.timedelta(days=1)
     train_start = train_end - dt.timedelta(days=train_days - 1)

@@ -290,3 +290,25 @@ def test_single_stages_from_the_cli(loaded, db_url):
     assert res.exit_code == 0 and json.loads(res.stdout)["run_id"] == run_id
     res = runner.invoke(app, ["segment", "--run", "999", "--database-url", db_url])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tmp_path):
+    """5 days of data: 3 train + 2 evaluate, all inside the data (not a window before it)."""
+    import datetime as dt
+
+    from sqlalchemy import delete
+
+    from adseg.store.models import Delivery
+
+    config = MarketplaceConfig(n_advertisers=20, n_segments=3, days=5, train_days=3, seed=3)
+    write_marketplace(simulate_marketplace(config), tmp_path / "market")
+    write_batch(engine, read_directory(tmp_path / "market"))
+    first, last = reads.delivery_date_range(engine)
+    windows = pipeline.default_windows(engine)
+    day = dt.timedelta(days=1)
+    assert (windows.train_start, windows.train_end) == (first, first + 2 * day)
+    assert (windows.eval_start, windows.eval_end) == (first + 3 * day, last)
+    with engine.begin() as conn:
+        conn.execute(delete(Delivery).where(Delivery.date > first))
+    with pytest.raises(ValueError, match="one day only"):
+        pipeline.default_windows(engine)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 from pathlib import Path
 
@@ -365,7 +366,6 @@ def test_segment_pooling_beats_own_samples_for_small_advertisers():
 
 def test_config_json_round_trips(tmp_path, small):
     """config.json is valid JSON and rebuilds the configuration that wrote it."""
-    import json
 
     paths = write_marketplace(small, tmp_path)
     raw = json.loads(paths["config"].read_text(encoding="utf-8"))
@@ -378,7 +378,11 @@ def test_config_json_round_trips(tmp_path, small):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--days", "3"], "--train-days must be in [1, --days); got 7 with --days=3."),
+        (
+            ["--days", "3", "--train-days", "7"],
+            "--train-days must be in [1, --days); got 7 with --days=3.",
+        ),
+        (["--days", "1"], "--days must be ≥ 2; got 1."),
         (["--advertisers", "0"], "--advertisers must be ≥ 1; got 0."),
         (["--segments", "0"], "--segments must be ≥ 1; got 0."),
     ],
@@ -393,3 +397,17 @@ def test_sample_generate_names_the_options_and_writes_nothing(tmp_path, args, me
     assert result.exit_code == 2
     assert f"error: {message}" in result.output
     assert "Config" not in result.output and not out.exists()
+
+
+def test_sample_generate_trains_on_half_the_days_by_default(tmp_path):
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    for days, train_days in ((5, 3), (14, 7)):
+        out = tmp_path / f"market{days}"
+        args = ["sample", "generate", "--out", str(out), "--advertisers", "5", "--segments", "2"]
+        result = CliRunner().invoke(app, [*args, "--days", str(days), "--quiet"])
+        assert result.exit_code == 0, result.output
+        config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        assert (config["days"], config["train_days"]) == (days, train_days)
