@@ -46,7 +46,10 @@ DatabaseUrl = Annotated[
         show_envvar=True,
     ),
 ]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (for jobs).")]
+Quiet = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="Print errors and warnings only: no progress, no results."),
+]
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
 

@@ -21,7 +21,8 @@ log="logs/nightly-$stamp.log"
   if [ -n "${ADSEG_INBOX:-}" ]; then
     "$ADSEG" ingest "$ADSEG_INBOX" --quiet || exit $?
   fi
-  "$ADSEG" nightly --quiet --report-html "reports/nightly-$stamp.html" "$@"
+  # not --quiet: the stage timings and the MAPE table belong in the log (no progress bars: not a tty)
+  "$ADSEG" nightly --report-html "reports/nightly-$stamp.html" "$@"
   rc=$?
   if [ $rc -eq 0 ]; then
     "$ADSEG" report --format json --output "reports/nightly-$stamp.json"
