@@ -86,8 +86,13 @@ def handle_errors(fn: Callable) -> Callable:
         except (OperationalError, ProgrammingError) as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
             _fail(f"database error: {reason}", EXIT_FAILED)
-        except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        except ValueError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
+        except OSError as exc:  # a file we were asked to read or write: say which, and why
+            if exc.errno is None or exc.strerror is None:  # ours, with its own message
+                _fail(str(exc), EXIT_BAD_INPUT)
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror}", EXIT_BAD_INPUT)
 
     return wrapper
 
@@ -286,6 +291,8 @@ def sample_generate(
 
     from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
 
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
     try:
         config = MarketplaceConfig(
             n_advertisers=advertisers,
@@ -388,6 +395,7 @@ def nightly(
     _require_schema(engine)
     if supply not in ("actual", "forecast", "both"):
         raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
+    _check_output(report_html, "--report-html")
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
     config = NightlyConfig(
         fusers=tuple(fuser) if fuser else None,
@@ -601,6 +609,7 @@ def report(
 
     if fmt not in ("html", "json", "csv"):
         raise CliError(f"--format must be html, json or csv; got {fmt!r}")
+    _check_output(output, "--output")
     engine = _engine(database_url_)
     _require_schema(engine)
     try:
@@ -622,12 +631,36 @@ def _render_report(engine, run_id: int, fmt: str) -> str:
 
 
 def _write_report(engine, run_id: int, fmt: str, path: Path) -> None:
-    """Write atomically: a failed render leaves no half-written file."""
-    text = _render_report(engine, run_id, fmt)
+    """Render, then write atomically: a failed render leaves no file at all."""
+    _write_atomic(path, _render_report(engine, run_id, fmt))
+
+
+def _check_output(path: Path | None, option: str) -> None:
+    """At the door, before any work: an output path must name a file, and the nearest existing
+    folder on its way must be a folder (the missing ones are created)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise CliError(f"{option} {path} is a folder; give a file name (e.g. {path / 'report'})")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CliError(f"{option} {path}: {parent} is a file, not a folder")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, so a reader
+    never sees half a file and a failure (disk full, no permission) leaves ``path`` as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:  # name the file the user gave, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @app.command("runs")
@@ -671,12 +704,14 @@ def bench_consensus(
     dataset: Annotated[
         list[str] | None, typer.Option("--dataset", help="Data set(s) (default: Table 2's eight).")
     ] = None,
-    repetitions: Annotated[int, typer.Option(help="Ensembles per data set.")] = 10,
-    clusterings: Annotated[int, typer.Option(help="k-means runs per ensemble.")] = 40,
+    repetitions: Annotated[int, typer.Option(help="Ensembles per data set.", min=1)] = 10,
+    clusterings: Annotated[int, typer.Option(help="k-means runs per ensemble.", min=1)] = 40,
     preprocessing: Annotated[
         list[str] | None, typer.Option(help="raw and/or standardized (repeatable).")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Base seed (repetition r uses seed + r).")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Base seed (repetition r uses seed + r).", min=0, max=2**32 - 1000)
+    ] = 0,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Also write the markdown table here.")
     ] = None,
@@ -688,6 +723,7 @@ def bench_consensus(
     from adseg.datasets import datasets_dir
 
     datasets_dir()  # a clear error when the shared data are absent
+    _check_output(output, "--output")
     names = dataset or list(TABLE2_DATASETS)
     progress = None if quiet else (lambda line: err.print(f"[dim]… {line}[/dim]"))
     with _one_blas_thread():
@@ -702,7 +738,7 @@ def bench_consensus(
     table = format_table2(frame)
     out.print(table, markup=False)
     if output is not None:
-        output.write_text(table + "\n", encoding="utf-8")
+        _write_atomic(output, table + "\n")
 
 
 def _one_blas_thread():

@@ -312,3 +312,42 @@ def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tm
         conn.execute(delete(Delivery).where(Delivery.date > first))
     with pytest.raises(ValueError, match="one day only"):
         pipeline.default_windows(engine)
+
+
+def test_output_paths_are_checked_before_any_work(engine, db_url, tmp_path):
+    """A folder, or a path under a file, is a usage error up front: no run row, no file."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x", encoding="utf-8")
+    res = runner.invoke(app, ["report", "--database-url", db_url, "--output", str(tmp_path)])
+    assert res.exit_code == 2 and "is a folder; give a file name" in res.output
+    res = runner.invoke(
+        app, ["report", "--database-url", db_url, "--output", str(a_file / "r.json")]
+    )
+    assert res.exit_code == 2 and f"{a_file} is a file, not a folder" in res.output
+    res = runner.invoke(
+        app, ["nightly", "--database-url", db_url, "--quiet", "--report-html", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "--report-html" in res.output
+    assert store.list_runs(engine).empty
+    res = runner.invoke(app, ["sample", "generate", "--out", str(a_file), "--quiet"])
+    assert res.exit_code == 2 and "--out" in res.output and "is a file" in res.output
+    assert a_file.read_text(encoding="utf-8") == "x"
+
+
+def test_a_failed_write_leaves_the_old_file_and_names_it(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from adseg import cli
+
+    target = tmp_path / "report.html"
+    target.write_text("old", encoding="utf-8")
+
+    def refuse(self, other):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "replace", refuse)
+    with pytest.raises(OSError) as caught:
+        cli._write_atomic(target, "new")
+    assert caught.value.filename == str(target) and caught.value.strerror == "Permission denied"
+    assert target.read_text(encoding="utf-8") == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
