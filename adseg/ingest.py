@@ -124,6 +124,13 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     for table, path in files.items():
         try:
             raw[table] = read_table_file(path)
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(str(path), _not_utf8(path, exc)))
+        except pd.errors.EmptyDataError:
+            columns = ", ".join(COLUMNS[table])
+            problems.append(
+                Problem(str(path), f"the file is empty; expected a header row: {columns}")
+            )
         except Exception as exc:  # unreadable file: say which and why, check the others too
             problems.append(Problem(str(path), f"cannot be read: {exc}"))
     validators = {
@@ -162,6 +169,22 @@ def read_table_file(path: Path) -> pd.DataFrame:
         encoding="utf-8",
         compression="infer",
     )
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """Where a CSV stops being UTF-8: the physical line (from 1, the header is line 1) and the
+    byte, found by a second streaming pass over the file (one line in memory at a time)."""
+    import gzip
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as stream:
+        for number, line in enumerate(stream, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                where = f"byte 0x{line[bad.start]:02x}, byte {bad.start + 1} of the line"
+                return f"line {number} is not UTF-8 ({where}); save the file as UTF-8"
+    return f"not UTF-8 ({exc.reason}); save the file as UTF-8"
 
 
 def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | None, list]:

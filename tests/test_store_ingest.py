@@ -247,6 +247,25 @@ def test_ingest_missing_directory(engine, db_url, tmp_path):
     assert "not a directory" in result.output
 
 
+def test_unreadable_files_say_where_and_why(tmp_path):
+    """Not UTF-8 (here Latin-1, gzipped): the line and the byte; an empty file: the header wanted.
+    Both files are reported in one go."""
+    from adseg.ingest import IngestError, read_directory
+
+    latin1 = "advertiser_id,name,description\nx1,Cafe,d\nx2,Café Müller,d\n".encode("latin-1")
+    (tmp_path / "advertisers.csv.gz").write_bytes(gzip.compress(latin1))
+    (tmp_path / "delivery.csv").write_bytes(b"")
+    with pytest.raises(IngestError) as caught:
+        read_directory(tmp_path)
+    messages = sorted(str(p) for p in caught.value.problems)
+    assert messages == [
+        f"{tmp_path / 'advertisers.csv.gz'}: line 3 is not UTF-8 (byte 0xe9, byte 7 of the line); "
+        "save the file as UTF-8",
+        f"{tmp_path / 'delivery.csv'}: the file is empty; expected a header row: advertiser_id, "
+        "date, bid_requests, bid_ecpm, impressions, spend",
+    ]
+
+
 def test_price_samples_one_query_per_window(engine, db_url, tmp_path):
     import datetime as dt
 
