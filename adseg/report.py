@@ -516,7 +516,11 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
             parts.append(f"<h3>{_e(mode)} supply</h3>")
             parts.append(_table(*_mape_pivot(data.mape, mode)))
     else:
-        parts.append("<p>No forecasts were scored.</p>")
+        rid = _e(run.get("run_id", "ID"))
+        parts.append(
+            "<p>No forecasts were scored for this run yet: <code>adseg segment --run "
+            f"{rid}</code> then <code>adseg forecast --run {rid}</code>.</p>"
+        )
     parts.append(
         '<p class="note">The paper\'s numbers (Tables 6–7; 1,268 advertisers, one week), '
         "for orientation only — a different marketplace:</p>"

@@ -112,6 +112,12 @@ def test_html_escapes_a_hostile_source_name_and_run_id():
     assert "<i>r</i>" not in page
 
 
+def test_html_of_a_run_without_forecasts_says_how_to_make_them():
+    page = render_html(ReportData(run={"run_id": "<b>7</b>"}, mape=pd.DataFrame()))
+    assert "No forecasts were scored for this run yet" in page
+    assert "adseg forecast --run &lt;b&gt;7&lt;/b&gt;" in page and "<b>7</b>" not in page
+
+
 def test_json_schema_keys_are_stable(data):
     doc = json.loads(render_json(data))
     assert tuple(doc) == JSON_TOP_LEVEL_KEYS
