@@ -1,8 +1,8 @@
 """Settings from flags and the environment.
 
 Precedence: command-line flag > environment variable > default.
-* ``ADSEG_DATABASE_URL`` / ``--database-url``: any SQLAlchemy URL. Default: a SQLite file
-  ``adseg.db`` in the current working directory (embedded, zero set-up).
+* ``ADSEG_DATABASE_URL`` / ``--database-url``: a SQLAlchemy URL, SQLite or PostgreSQL.
+  Default: a SQLite file ``adseg.db`` in the current working directory (embedded, zero set-up).
   PostgreSQL: ``postgresql+psycopg://user:password@host:5432/dbname``.
 * ``ADSEG_DATA_DIR``: where generated marketplaces go (default ``./data``).
 """
@@ -20,16 +20,30 @@ ENV_DATABASE_URL = "ADSEG_DATABASE_URL"
 ENV_DATA_DIR = "ADSEG_DATA_DIR"
 
 
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
 def database_url(flag: str | None = None) -> str:
     """The database URL to use: the flag, else $ADSEG_DATABASE_URL, else the SQLite default."""
     url = flag or os.environ.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL
     try:
-        make_url(url)
+        parsed = make_url(url)
     except ArgumentError as exc:
         # never echo the URL itself: it may hold a password
         raise ValueError(
             f"database URL is not a valid SQLAlchemy URL ({exc.__class__.__name__})."
         ) from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ValueError(
+            f"database URL: adseg runs on {' and '.join(SUPPORTED_BACKENDS)}; got {backend!r}."
+        )
+    if backend == "sqlite" and parsed.database and not parsed.database.startswith(":memory:"):
+        folder = Path(parsed.database).parent
+        if not folder.is_dir():
+            raise ValueError(
+                f"database URL: the SQLite file's folder {folder} does not exist; create it first."
+            )
     return url
 
 

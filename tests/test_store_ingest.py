@@ -100,6 +100,21 @@ def test_db_upgrade_command_masks_password(db_url):
     assert "up to date" in result.output
 
 
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("not a url", "not a valid SQLAlchemy URL"),
+        ("mysql://bob:s3cret@dbhost/adseg", "adseg runs on sqlite and postgresql; got 'mysql'"),
+        ("postgresql+pg8000://bob:s3cret@dbhost/adseg", "Python package 'pg8000'"),
+        ("sqlite:////no/such/folder/adseg.db", "folder /no/such/folder does not exist"),
+    ],
+)
+def test_bad_database_urls_are_usage_errors_without_the_password(url, message):
+    result = runner.invoke(app, ["runs", "--database-url", url])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "s3cret" not in result.output
+
+
 @pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
 def test_ingest_round_trip(engine, db_url, tmp_path, fmt):
     result = ingest(db_url, write_dir(tmp_path / "in", fmt))

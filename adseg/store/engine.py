@@ -8,7 +8,13 @@ from sqlalchemy import Engine, create_engine, event
 def make_engine(url: str, *, echo: bool = False) -> Engine:
     """Create an engine. SQLite gets foreign keys on, WAL journalling (readers don't block the
     nightly writer) and a busy timeout so two processes wait instead of failing at once."""
-    engine = create_engine(url, echo=echo, future=True)
+    try:
+        engine = create_engine(url, echo=echo, future=True)
+    except ModuleNotFoundError as exc:  # e.g. postgresql+asyncpg:// without asyncpg installed
+        raise ValueError(
+            f"database URL: its driver needs the Python package {exc.name!r}, which is not "
+            "installed (the default PostgreSQL driver is psycopg: postgresql+psycopg://...)."
+        ) from None
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")
