@@ -109,10 +109,22 @@ def show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def _engine(url_flag: str | None):
+def _engine(url_flag: str | None, *, create: bool = False):
+    """The engine for the URL. Only ``db upgrade`` may create a SQLite file: elsewhere a missing
+    file is a mistyped URL, and connecting would leave an empty database behind."""
+    from sqlalchemy.engine import make_url
+
     from adseg.store.engine import make_engine
 
-    return make_engine(database_url(url_flag))
+    url = database_url(url_flag)
+    parsed = make_url(url)
+    file = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if not create and file and not file.startswith(":memory:") and not Path(file).exists():
+        raise CliError(
+            f"no SQLite database at {file}: `adseg db upgrade` creates it "
+            "(or check --database-url / $ADSEG_DATABASE_URL)"
+        )
+    return make_engine(url)
 
 
 def _require_schema(engine) -> None:
@@ -157,7 +169,7 @@ def db_upgrade(
     from adseg.store import migrate
 
     url = database_url(database_url_)
-    engine = _engine(url)
+    engine = _engine(url, create=True)
     before = migrate.current_revision(engine)
     migrate.upgrade(engine, revision)
     after = migrate.current_revision(engine)
@@ -175,8 +187,11 @@ def db_current(database_url_: DatabaseUrl = None) -> None:
     engine = _engine(url)
     current = migrate.current_revision(engine)
     head = migrate.head_revision()
-    state = "up to date" if current == head else f"behind (newest is {head})"
-    out.print(f"{mask_url(url)}: {current or 'empty'} ({state})", markup=False)
+    if current == head:
+        state = f"{current}, up to date"
+    else:
+        state = f"{current or 'no schema'}, behind the newest {head}: run `adseg db upgrade`"
+    out.print(f"{mask_url(url)}: {state}", markup=False)
 
 
 @db_app.command("summary")

@@ -115,6 +115,18 @@ def test_bad_database_urls_are_usage_errors_without_the_password(url, message):
     assert message in result.output and "s3cret" not in result.output
 
 
+def test_a_missing_sqlite_file_is_reported_not_created(tmp_path):
+    """A mistyped URL must not leave an empty database behind; only `db upgrade` creates one."""
+    path = tmp_path / "typo.db"
+    for command in (["runs"], ["db", "current"], ["db", "summary"], ["report"]):
+        result = runner.invoke(app, [*command, "--database-url", f"sqlite:///{path}"])
+        assert result.exit_code == 2, (command, result.output)
+        assert f"no SQLite database at {path}" in result.output
+        assert not path.exists()
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", f"sqlite:///{path}"])
+    assert result.exit_code == 0 and path.exists()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
 def test_ingest_round_trip(engine, db_url, tmp_path, fmt):
     result = ingest(db_url, write_dir(tmp_path / "in", fmt))
