@@ -421,8 +421,13 @@ def nightly(
         truth_path=str(truth) if truth else None,
     )
     config.fuser_names()  # validate names before taking the lock
-    if truth is not None and not truth.exists():
-        raise CliError(f"--truth {truth}: no such file")
+    if truth is not None:
+        from adseg.pipeline import read_truth
+
+        try:
+            read_truth(truth)  # at the door: a bad file must not become a failed run
+        except (FileNotFoundError, ValueError) as exc:
+            raise CliError(f"--truth: {exc}") from None
     progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
         result = run_nightly(engine, windows, config, progress)

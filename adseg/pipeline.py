@@ -327,13 +327,36 @@ def single_view_segmentations(
     return out
 
 
-def truth_segmentation(path: str | Path, advertiser_ids: np.ndarray) -> np.ndarray:
-    """The true segments from a simulator's truth.csv (advertiser_id, segment); -1 if absent."""
+def read_truth(path: str | Path) -> pd.Series:
+    """A truth file (a simulator's truth.csv: advertiser_id, segment; other columns ignored) as
+    advertiser_id → segment code (int, from 0). Segment values may be any text or numbers.
+
+    Raises FileNotFoundError / ValueError naming the file (and the rows) when it is unusable."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"truth file {path} does not exist.")
-    truth = pd.read_csv(path, usecols=["advertiser_id", "segment"], dtype={"advertiser_id": str})
-    mapped = pd.Series(advertiser_ids).map(truth.set_index("advertiser_id")["segment"])
+    try:
+        truth = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"truth file {path}: cannot be read ({exc}).") from None
+    missing = [c for c in ("advertiser_id", "segment") if c not in truth.columns]
+    if missing:
+        raise ValueError(f"truth file {path}: missing column(s) {', '.join(missing)}.")
+    ids, segments = truth["advertiser_id"].str.strip(), truth["segment"].str.strip()
+    for bad, rule in (
+        ((ids == "") | (segments == ""), "empty advertiser_id or segment"),
+        (ids.duplicated(keep="first"), "advertiser_id repeated"),
+    ):
+        if bad.any():
+            rows = ", ".join(str(i + 1) for i in np.flatnonzero(bad.to_numpy())[:5])
+            raise ValueError(f"truth file {path}: row(s) {rows}: {rule}.")
+    codes, _ = pd.factorize(segments)
+    return pd.Series(codes, index=ids.to_numpy(), name="segment")
+
+
+def truth_segmentation(truth: pd.Series, advertiser_ids: np.ndarray) -> np.ndarray:
+    """(n,) int64 true segment of each advertiser (``read_truth``'s codes); -1 if absent."""
+    mapped = pd.Series(advertiser_ids).map(truth)
     return mapped.fillna(-1).to_numpy(dtype=np.int64)
 
 
@@ -461,16 +484,26 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         )
         segmentations.update(fused)
         if config.truth_path:
-            segmentations["truth"] = truth_segmentation(config.truth_path, data.advertiser_ids)
+            truth = truth_segmentation(read_truth(config.truth_path), data.advertiser_ids)
+            if (missing := int((truth < 0).sum())) > 0:
+                log.warning(
+                    "truth file %s has no segment for %d of %d advertisers: the truth source "
+                    "forecasts them from the global c.d.f. and the ARIs leave them out",
+                    config.truth_path,
+                    missing,
+                    truth.size,
+                )
+            segmentations["truth"] = truth
         store.write_segments(engine, run_id, data.advertiser_ids, segmentations)
     with _timed(timings, "forecast", progress):
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
     truth_ari = {}
     if "truth" in segmentations:
-        truth = segmentations["truth"]
+        known = segmentations["truth"] >= 0  # advertisers the truth file names
+        truth = segmentations["truth"][known]
         truth_ari = {
-            s: round(ari(truth, seg), 4) for s, seg in segmentations.items() if s != "truth"
+            s: round(ari(truth, seg[known]), 4) for s, seg in segmentations.items() if s != "truth"
         }
     timings["total"] = round(sum(timings.values()), 3)
     timings["fusers"] = fuser_seconds

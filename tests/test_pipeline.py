@@ -351,3 +351,27 @@ def test_a_failed_write_leaves_the_old_file_and_names_it(tmp_path, monkeypatch):
     assert caught.value.filename == str(target) and caught.value.strerror == "Permission denied"
     assert target.read_text(encoding="utf-8") == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a,b\n1,2\n", "missing column(s) advertiser_id, segment"),
+        ("advertiser_id,segment\nx,1\ny,2\nx,3\n", "row(s) 3: advertiser_id repeated"),
+        ("advertiser_id,segment\nx,\n", "row(s) 1: empty advertiser_id or segment"),
+    ],
+)
+def test_a_bad_truth_file_is_a_usage_error_before_a_run(loaded, db_url, tmp_path, text, message):
+    path = tmp_path / "truth.csv"
+    path.write_text(text, encoding="utf-8")
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q", "--truth", str(path)])
+    assert res.exit_code == 2 and f"--truth: truth file {path}: {message}." in res.output
+    assert store.list_runs(loaded).empty
+
+
+def test_truth_segments_may_be_text_and_may_cover_some_advertisers(tmp_path):
+    path = tmp_path / "truth.csv"
+    path.write_text("advertiser_id,segment,extra\na,north,1\nb,south,2\nc,north,3\n", "utf-8")
+    truth = pipeline.read_truth(path)
+    labels = pipeline.truth_segmentation(truth, pd.Series(["c", "z", "b", "a"]).to_numpy())
+    assert labels.tolist() == [0, -1, 1, 0]
