@@ -533,10 +533,16 @@ def views_command(
         views.columns[["view", "parameter", "n_clusters", "n_excluded"]], "base clusterings"
     )
     _print_frame(clusters_per_view(views), "Table 4: clusters per view and α")
-    _print_frame(view_consistency(views), "Table 5: win-rate vs eCPM consistency")
+    _print_frame(
+        view_consistency(views),
+        "Table 5: win-rate vs eCPM consistency (share of advertiser pairs)",
+        percent=("agree", "disagree"),
+    )
 
 
-def _print_frame(frame, title: str) -> None:
+def _print_frame(frame, title: str, percent: tuple[str, ...] = ()) -> None:
+    """A frame as a terminal table: numbers right-aligned, ``percent`` columns as percentages
+    (shares in [0, 1], as the paper's Table 5 prints them), other floats to 4 significant digits."""
     import pandas as pd
 
     table = Table(title=title)
@@ -544,7 +550,13 @@ def _print_frame(frame, title: str) -> None:
         numeric = pd.api.types.is_numeric_dtype(frame[col])  # pandas ≥ 3: text is "str", not object
         table.add_column(str(col), justify="right" if numeric else "left")
     for row in frame.itertuples(index=False):
-        table.add_row(*[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row])
+        cells = []
+        for col, value in zip(frame.columns, row, strict=True):
+            if isinstance(value, float):
+                cells.append(f"{value:.2%}" if col in percent else f"{value:.4g}")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
     out.print(table)
 
 
@@ -686,7 +698,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @app.command("runs")
 @handle_errors
 def runs(
-    limit: Annotated[int, typer.Option(help="How many (newest first).")] = 20,
+    limit: Annotated[int, typer.Option(help="How many (newest first).", min=1)] = 20,
     database_url_: DatabaseUrl = None,
 ) -> None:
     """List recent runs with their status (and the error of failed ones)."""
@@ -698,18 +710,31 @@ def runs(
     _require_schema(engine)
     frame = list_runs(engine, limit)
     table = Table(title="runs")
-    for col in ("run", "kind", "status", "started", "finished", "error"):
+    for col in ("run", "kind", "status", "started (UTC)", "finished", "error"):
         table.add_column(col)
     for row in frame.itertuples(index=False):
         table.add_row(
             str(row.run_id),
             row.kind,
             row.status,
-            f"{row.started_at:%Y-%m-%d %H:%M:%S}",
-            "" if pd.isna(row.finished_at) else f"{row.finished_at:%H:%M:%S}",
+            _utc_text(row.started_at, "%Y-%m-%d %H:%M:%S"),
+            _utc_text(row.finished_at, "%H:%M:%S"),
             "" if pd.isna(row.error) else str(row.error)[:80],  # pandas ≥ 3 reads NULL as NaN
         )
     out.print(table)
+
+
+def _utc_text(moment, fmt: str) -> str:
+    """A stored timestamp in UTC ('' when missing). SQLite gives back naive UTC; PostgreSQL an
+    aware timestamp in the session's time zone."""
+    import pandas as pd
+
+    if pd.isna(moment):
+        return ""
+    moment = pd.Timestamp(moment)
+    if moment.tzinfo is not None:
+        moment = moment.tz_convert("UTC")
+    return moment.strftime(fmt)
 
 
 # --- bench ---------------------------------------------------------------------------------

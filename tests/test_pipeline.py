@@ -375,3 +375,15 @@ def test_truth_segments_may_be_text_and_may_cover_some_advertisers(tmp_path):
     truth = pipeline.read_truth(path)
     labels = pipeline.truth_segmentation(truth, pd.Series(["c", "z", "b", "a"]).to_numpy())
     assert labels.tolist() == [0, -1, 1, 0]
+
+
+def test_runs_prints_times_in_utc_whatever_the_database_returns():
+    import datetime as dt
+
+    from adseg.cli import _utc_text
+
+    berlin = dt.timezone(dt.timedelta(hours=2))
+    aware = dt.datetime(2026, 3, 2, 3, 4, 5, tzinfo=berlin)  # PostgreSQL, session zone +02:00
+    assert _utc_text(aware, "%Y-%m-%d %H:%M:%S") == "2026-03-02 01:04:05"
+    assert _utc_text(dt.datetime(2026, 3, 2, 1, 4, 5), "%H:%M:%S") == "01:04:05"  # SQLite: naive
+    assert _utc_text(None, "%H:%M:%S") == "" and _utc_text(float("nan"), "%H:%M:%S") == ""
