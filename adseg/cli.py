@@ -153,6 +153,15 @@ def main(
     ] = None,
 ) -> None:
     """adseg: segment advertisers by robust consensus clustering and forecast their delivery."""
+    import warnings
+
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (a skipped view, a solver at its iteration limit) as one line for the user, not
+    Python's file:line and source excerpt."""
+    err.print(f"warning: {message}", markup=False)
 
 
 # --- db ------------------------------------------------------------------------------------
@@ -503,7 +512,8 @@ def views_command(
     eval_end: DateOpt = None,
     seed: Seed = 0,
     min_samples: Annotated[
-        int, typer.Option(help="Fewer samples than this: left out of a KS view (label -1).")
+        int,
+        typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
     ] = 20,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,

@@ -40,6 +40,13 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _peak_mib() -> tuple[float, float]:
+    """Peak resident memory (MiB) of this process and of its largest finished child (Linux: KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return own / 1024, child / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--advertisers", type=int, default=1268)
@@ -65,23 +72,39 @@ def main() -> None:
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
         load1 = os.getloadavg()[0]
         run = store.get_run(engine, result.run_id)
+    peak_own, peak_child = _peak_mib()
     mape = result.result.mape
+    default = args.advertisers == MarketplaceConfig().n_advertisers
+    command = "`.venv/bin/python benchmarks/nightly_default.py`"
+    if not default:
+        command = (
+            f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers} "
+            f"--output {args.output}`"
+        )
+    title = (
+        "the default sample marketplace"
+        if default
+        else (f"a {args.advertisers:,}-advertiser sample marketplace")
+    )
     lines = [
-        "# The nightly pipeline on the default sample marketplace",
+        f"# The nightly pipeline on {title}",
         "",
         f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
         f"({os.cpu_count()} cores, Python {platform.python_version()}); load average "
         f"{load0:.1f} before and {load1:.1f} after the run (the machine is shared: wall-clock "
         "times are upper bounds; CPU time is this process's and its fuser worker processes').",
         "",
-        "Command: `.venv/bin/python benchmarks/nightly_default.py` (`make demo` runs the same "
-        "pipeline: `adseg nightly --truth data/marketplace/truth.csv`).",
+        f"Command: {command} (`make demo` runs the same pipeline on the default marketplace: "
+        "`adseg nightly --truth data/marketplace/truth.csv`).",
         "",
         f"Marketplace: {args.advertisers} advertisers, generated in {t_generate:.1f} s; ingest "
         f"of {summary.rows:,} rows in {t_ingest:.1f} s. Segments chosen: "
         f"{result.n_segments} (median cluster count of the KS views).",
         "",
         f"Pipeline (database already loaded): **{wall:.1f} s wall, {cpu:.1f} s CPU**.",
+        "",
+        f"Peak resident memory: {peak_own:,.0f} MiB in the main process (generation, ingest and "
+        f"pipeline), {peak_child:,.0f} MiB in the largest fuser worker process.",
         "",
         "Per-stage seconds (wall): "
         + ", ".join(f"{k} {v}" for k, v in run["timings"].items() if k != "fusers"),

@@ -387,3 +387,12 @@ def test_runs_prints_times_in_utc_whatever_the_database_returns():
     assert _utc_text(aware, "%Y-%m-%d %H:%M:%S") == "2026-03-02 01:04:05"
     assert _utc_text(dt.datetime(2026, 3, 2, 1, 4, 5), "%H:%M:%S") == "01:04:05"  # SQLite: naive
     assert _utc_text(None, "%H:%M:%S") == "" and _utc_text(float("nan"), "%H:%M:%S") == ""
+
+
+def test_warnings_reach_the_user_as_one_line(loaded, db_url):
+    res = runner.invoke(app, ["views", "--database-url", db_url, "--min-samples", "1000000"])
+    assert res.exit_code == 0, res.output
+    assert "warning: KS view 'win_rate': only 0 of 200 advertisers" in res.output
+    assert "RuntimeWarning" not in res.output and "views.py" not in res.output
+    res = runner.invoke(app, ["views", "--database-url", db_url, "--min-samples", "0"])
+    assert res.exit_code == 2 and "'--min-samples'" in res.output
