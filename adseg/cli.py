@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adseg import __version__
-from adseg.config import database_url, mask_url
+from adseg.config import database_url, mask_url, sqlite_file
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -112,14 +112,11 @@ def show_progress(quiet: bool) -> bool:
 def _engine(url_flag: str | None, *, create: bool = False):
     """The engine for the URL. Only ``db upgrade`` may create a SQLite file: elsewhere a missing
     file is a mistyped URL, and connecting would leave an empty database behind."""
-    from sqlalchemy.engine import make_url
-
     from adseg.store.engine import make_engine
 
     url = database_url(url_flag)
-    parsed = make_url(url)
-    file = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    if not create and file and not file.startswith(":memory:") and not Path(file).exists():
+    file = sqlite_file(url)
+    if not create and file is not None and not file.exists():
         raise CliError(
             f"no SQLite database at {file}: `adseg db upgrade` creates it "
             "(or check --database-url / $ADSEG_DATABASE_URL)"

@@ -38,13 +38,21 @@ def database_url(flag: str | None = None) -> str:
         raise ValueError(
             f"database URL: adseg runs on {' and '.join(SUPPORTED_BACKENDS)}; got {backend!r}."
         )
-    if backend == "sqlite" and parsed.database and not parsed.database.startswith(":memory:"):
-        folder = Path(parsed.database).parent
-        if not folder.is_dir():
-            raise ValueError(
-                f"database URL: the SQLite file's folder {folder} does not exist; create it first."
-            )
+    file = sqlite_file(url)
+    if file is not None and not file.parent.is_dir():
+        raise ValueError(
+            f"database URL: the SQLite file's folder {file.parent} does not exist; create it first."
+        )
     return url
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL; None for another backend or an in-memory database."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database.startswith(":memory:"):
+        return None
+    return Path(database)
 
 
 def mask_url(url: str) -> str:
