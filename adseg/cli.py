@@ -491,6 +491,13 @@ def print_nightly(result, windows) -> None:
         out.print(table)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
     out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
+    if result.fusers_left_out:
+        names = ", ".join(result.fusers_left_out)
+        out.print(
+            f"left out of the default fusers at this size (cost ~ n³): {names}; "
+            "name them with --fuser to run them",
+            markup=False,
+        )
 
 
 def _pct(x) -> str:

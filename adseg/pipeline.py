@@ -41,6 +41,12 @@ PRIMARY_FUSER = "rcc"
 SLOW_FIRST = ("lta", "rcc", "trce", "sccbg", "rcec", "l2")
 """Fusers by measured cost on the default marketplace, slowest first (scheduling order only)."""
 
+DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000}
+"""Above this many advertisers the *default* fuser set leaves these fusers out: their cost grows
+about with the cube of n (benchmarks/results/nightly_5000.md: at 5,000 advertisers trce took
+268 s and lta had not finished after 31 CPU minutes, against 38 s and 4 s at 1,268). Naming
+them (``--fuser lta``) runs them at any size; the primary fuser is never left out."""
+
 Progress = Callable[[str], None]
 
 
@@ -101,6 +107,30 @@ class NightlyConfig:
         if self.primary_fuser not in names:
             names.insert(0, self.primary_fuser)
         return names
+
+
+def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str], list[str]]:
+    """(fusers to run, fusers left out) for ``n_advertisers``: the configured list as given, or
+    the default set minus the fusers over their DEFAULT_SET_MAX_ADVERTISERS limit."""
+    names = config.fuser_names()
+    if config.fusers:  # named by the user: run exactly those
+        return names, []
+    left_out = [
+        name
+        for name in names
+        if name != config.primary_fuser
+        and n_advertisers > DEFAULT_SET_MAX_ADVERTISERS.get(name, n_advertisers)
+    ]
+    for name in left_out:
+        log.info(
+            "fuser %s left out of the default set: %d advertisers > %d (its cost grows about "
+            "with n³); name it with --fuser %s to run it anyway",
+            name,
+            n_advertisers,
+            DEFAULT_SET_MAX_ADVERTISERS[name],
+            name,
+        )
+    return [n for n in names if n not in left_out], left_out
 
 
 def _unique_fusers() -> list[str]:
@@ -387,6 +417,7 @@ class NightlyResult:
     clusters_per_view: pd.DataFrame
     consistency: pd.DataFrame
     truth_ari: dict[str, float]
+    fusers_left_out: list[str] = field(default_factory=list)
 
 
 @contextmanager
@@ -471,6 +502,7 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         labels, columns = views.labels, views.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
     n_segments = choose_n_segments(columns, labels, config.n_segments)
+    names, left_out = fusers_for_size(config, labels.shape[0])
     with _timed(timings, "fuse", progress):
         fused, fuser_seconds, fuser_errors = fuse(
             labels, names, n_segments, config.seed, config.primary_fuser, progress, config.n_jobs
@@ -507,7 +539,12 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         }
     timings["total"] = round(sum(timings.values()), 3)
     timings["fusers"] = fuser_seconds
-    resolved = {"n_segments": n_segments, "fuser_errors": fuser_errors, "truth_ari": truth_ari}
+    resolved = {
+        "n_segments": n_segments,
+        "fuser_errors": fuser_errors,
+        "truth_ari": truth_ari,
+        "fusers_left_out": left_out,
+    }
     store.complete_run(engine, run_id, timings, resolved)
     return NightlyResult(
         run_id,
@@ -517,6 +554,7 @@ def _run_stages(engine, run_id, windows, config, names, timings, progress) -> Ni
         clusters_per_view(views),
         view_consistency(views),
         truth_ari,
+        left_out,
     )
 
 
@@ -567,9 +605,8 @@ def run_segment(
     def work(run):
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
-        fused, _, errors = fuse(
-            labels, config.fuser_names(), k, config.seed, config.primary_fuser, progress
-        )
+        names, _ = fusers_for_size(config, labels.shape[0])
+        fused, _, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
         store.write_segments(engine, run_id, ids, fused)
         return {"segments": fused, "n_segments": k, "errors": errors}
 

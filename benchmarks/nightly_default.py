@@ -51,6 +51,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--advertisers", type=int, default=1268)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--fuser", action="append", help="fuser(s) to run (repeatable; default: the nightly's)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -67,7 +70,11 @@ def main() -> None:
         t0, c0 = time.perf_counter(), _cpu()
         result = pipeline.run_nightly(
             engine,
-            config=pipeline.NightlyConfig(supply="both", truth_path=str(tmp / "m" / "truth.csv")),
+            config=pipeline.NightlyConfig(
+                fusers=tuple(args.fuser) if args.fuser else None,
+                supply="both",
+                truth_path=str(tmp / "m" / "truth.csv"),
+            ),
         )
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
         load1 = os.getloadavg()[0]
@@ -76,10 +83,11 @@ def main() -> None:
     mape = result.result.mape
     default = args.advertisers == MarketplaceConfig().n_advertisers
     command = "`.venv/bin/python benchmarks/nightly_default.py`"
-    if not default:
+    if not default or args.fuser:
+        fusers = "".join(f" --fuser {f}" for f in args.fuser or ())
         command = (
-            f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers} "
-            f"--output {args.output}`"
+            f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers}"
+            f"{fusers} --output {args.output}`"
         )
     title = (
         "the default sample marketplace"

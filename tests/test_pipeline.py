@@ -396,3 +396,15 @@ def test_warnings_reach_the_user_as_one_line(loaded, db_url):
     assert "RuntimeWarning" not in res.output and "views.py" not in res.output
     res = runner.invoke(app, ["views", "--database-url", db_url, "--min-samples", "0"])
     assert res.exit_code == 2 and "'--min-samples'" in res.output
+
+
+def test_default_fuser_set_leaves_the_cubic_fusers_out_of_large_runs():
+    default = pipeline.NightlyConfig()
+    every = default.fuser_names()
+    assert pipeline.fusers_for_size(default, 2000) == (every, [])
+    names, left_out = pipeline.fusers_for_size(default, 2001)
+    assert sorted(left_out) == ["lta", "trce"] and names == [n for n in every if n not in left_out]
+    named = pipeline.NightlyConfig(fusers=("lta", "trce"))  # named by the user: always run
+    assert pipeline.fusers_for_size(named, 50_000) == (named.fuser_names(), [])
+    primary = pipeline.NightlyConfig(primary_fuser="lta")  # the product's fuser is never left out
+    assert pipeline.fusers_for_size(primary, 50_000)[1] == ["trce"]
