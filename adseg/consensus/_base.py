@@ -228,7 +228,9 @@ def top_eigenvectors(
 
     Returns (values (k,), vectors (n, k)). Uses LAPACK's subset solver (O(n² k) after an O(n³/3)
     tridiagonalisation) for n ≤ 2,000, and Lanczos (ARPACK, warm-started from v0 when given) above.
-    Signs are made deterministic (largest-magnitude entry of each vector positive).
+    Signs are made deterministic (largest-magnitude entry of each vector positive), and so is
+    Lanczos's start without v0 (a fixed-seed vector, not ARPACK's own random one: the nightly's
+    fused segments must not change from one run to the next on the same data and seed).
     """
     import scipy.linalg as sla
     import scipy.sparse.linalg as spla
@@ -239,8 +241,8 @@ def top_eigenvectors(
         vals, vecs = sla.eigh(matrix, subset_by_index=(n - k, n - 1), driver="evr")
     else:
         start = None if v0 is None else np.asarray(v0).sum(axis=1)
-        if start is not None and not np.any(start):
-            start = None
+        if start is None or not np.any(start):
+            start = np.random.RandomState(0).uniform(-1.0, 1.0, n)
         vals, vecs = spla.eigsh(matrix, k=k, which="LA", v0=start, tol=1e-10)
     order = np.argsort(vals)[::-1]
     vals, vecs = vals[order], vecs[:, order]
