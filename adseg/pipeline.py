@@ -478,7 +478,7 @@ def run_nightly(
     timings: dict[str, float] = {}
     params = _parameters(config) | {"fusers": names}
     with _locked_run(engine, "nightly", windows, config, params, timings) as run_id:
-        return _run_stages(engine, run_id, windows, config, names, timings, progress)
+        return _run_stages(engine, run_id, windows, config, timings, progress)
 
 
 @contextmanager
@@ -492,7 +492,7 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
     log.info("stage %s: %.1f s", stage, timings[stage])
 
 
-def _run_stages(engine, run_id, windows, config, names, timings, progress) -> NightlyResult:
+def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyResult:
     from adseg.views import clusters_per_view, view_consistency
 
     with _timed(timings, "pull", progress):
