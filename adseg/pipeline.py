@@ -115,11 +115,11 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
     names = config.fuser_names()
     if config.fusers:  # named by the user: run exactly those
         return names, []
+    limits = DEFAULT_SET_MAX_ADVERTISERS
     left_out = [
         name
         for name in names
-        if name != config.primary_fuser
-        and n_advertisers > DEFAULT_SET_MAX_ADVERTISERS.get(name, n_advertisers)
+        if name != config.primary_fuser and name in limits and n_advertisers > limits[name]
     ]
     for name in left_out:
         log.info(
@@ -127,7 +127,7 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
             "with n³); name it with --fuser %s to run it anyway",
             name,
             n_advertisers,
-            DEFAULT_SET_MAX_ADVERTISERS[name],
+            limits[name],
             name,
         )
     return [n for n in names if n not in left_out], left_out

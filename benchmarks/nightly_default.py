@@ -89,11 +89,9 @@ def main() -> None:
             f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers}"
             f"{fusers} --output {args.output}`"
         )
-    title = (
-        "the default sample marketplace"
-        if default
-        else (f"a {args.advertisers:,}-advertiser sample marketplace")
-    )
+    title = "the default sample marketplace"
+    if not default:
+        title = f"a {args.advertisers:,}-advertiser sample marketplace"
     lines = [
         f"# The nightly pipeline on {title}",
         "",
