@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from rich.table import Table
 
 from adseg import __version__
 from adseg.config import database_url, mask_url, sqlite_file
+from adseg.interrupts import signals_as_exceptions
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -71,9 +73,16 @@ def handle_errors(fn: Callable) -> Callable:
         from sqlalchemy.exc import OperationalError, ProgrammingError
 
         from adseg.ingest import IngestError
+        from adseg.interrupts import Terminated, error_text, exit_code
 
         try:
             return fn(*args, **kwargs)
+        except (KeyboardInterrupt, Terminated) as exc:
+            _fail(
+                f"{error_text(exc)}: stopped (a run in progress is marked failed, its partial "
+                "results deleted; nothing half-written is kept)",
+                exit_code(exc),
+            )
         except CliError as exc:
             _fail(str(exc), exc.code, exc.details)
         except IngestError as exc:
@@ -144,6 +153,7 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: Annotated[
         bool | None,
         typer.Option("--version", callback=version_callback, is_eager=True, help="Show version."),
@@ -153,6 +163,7 @@ def main(
     import warnings
 
     warnings.showwarning = _show_warning
+    ctx.with_resource(signals_as_exceptions())  # until the command returns
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -400,6 +411,9 @@ def nightly(
     report_html: Annotated[
         Path | None, typer.Option(help="Also write the HTML report to this file.")
     ] = None,
+    report_json: Annotated[
+        Path | None, typer.Option(help="Also write the JSON report to this file.")
+    ] = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
@@ -407,7 +421,7 @@ def nightly(
     """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
 
     Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input,
-    75 another nightly run holds the lock (retry later)."""
+    75 another nightly run holds the lock (retry later), 130 / 143 stopped by Ctrl-C / SIGTERM."""
     from adseg.pipeline import NightlyConfig, run_nightly
     from adseg.store.results import RunLockedError
 
@@ -416,7 +430,9 @@ def nightly(
     _require_schema(engine)
     if supply not in ("actual", "forecast", "both"):
         raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
-    _check_output(report_html, "--report-html")
+    reports = {"html": report_html, "json": report_json}
+    for fmt, path in reports.items():
+        _check_output(path, f"--report-{fmt}")
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
     config = NightlyConfig(
         fusers=tuple(fuser) if fuser else None,
@@ -443,12 +459,22 @@ def nightly(
         raise
     except Exception as exc:  # the run row has the error; the job needs a code and a line
         _fail(f"nightly run failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
-    if report_html is not None:
-        _write_report(engine, result.run_id, "html", report_html)
     if not quiet:
         print_nightly(result, windows)
-        if report_html is not None:
-            out.print(f"HTML report: {report_html}", markup=False)
+    for fmt, path in reports.items():
+        if path is None:
+            continue
+        try:
+            _write_report(engine, result.run_id, fmt, path)
+        except OSError as exc:  # checked at the door; a full disk can still happen
+            _fail(
+                f"run {result.run_id} completed and its results are stored, but the "
+                f"{fmt.upper()} report could not be written: {exc.filename}: {exc.strerror} "
+                f"(`adseg report --run {result.run_id} --format {fmt}` writes it again)",
+                EXIT_FAILED,
+            )
+        if not quiet:
+            out.print(f"{fmt.upper()} report: {path}", markup=False)
 
 
 def print_nightly(result, windows) -> None:
@@ -683,28 +709,41 @@ def _write_report(engine, run_id: int, fmt: str, path: Path) -> None:
 
 def _check_output(path: Path | None, option: str) -> None:
     """At the door, before any work: an output path must name a file, and the nearest existing
-    folder on its way must be a folder (the missing ones are created)."""
+    folder on its way must be a folder we may write in (the missing ones are created)."""
     if path is None:
         return
     if path.is_dir():
         raise CliError(f"{option} {path} is a folder; give a file name (e.g. {path / 'report'})")
-    parent = path.parent
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written in place
+        if not os.access(path, os.W_OK):
+            raise CliError(f"{option} {path}: no permission to write it")
+        return
+    parent = Path(os.path.realpath(path)).parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise CliError(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"{option} {path}: no permission to write in {parent}")
 
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, so a reader
-    never sees half a file and a failure (disk full, no permission) leaves ``path`` as it was."""
+    never sees half a file and a failure (disk full, no permission) leaves ``path`` as it was.
+    A symbolic link is written through (its target is replaced, the link stays); a path that is
+    not a regular file (/dev/stdout, a FIFO) is written in place, as a shell redirection would."""
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    given, path = path, Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:  # name the file the user gave, not the temporary one
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise OSError(exc.errno, exc.strerror, str(given)) from exc
     finally:
         tmp.unlink(missing_ok=True)
 

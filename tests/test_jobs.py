@@ -61,3 +61,63 @@ def test_nightly_job_bad_arguments_exit_2_without_reports(job_env):
     assert done.returncode == 2, text
     assert "unknown fuser" in text and "nightly end rc=2" in text
     assert not list((home / "reports").iterdir())
+
+
+def test_nightly_job_reports_are_of_its_own_run(job_env):
+    import json
+
+    env, home = job_env
+    done = _run(env, "--fuser", "l2", "--supply", "actual")
+    assert done.returncode == 0
+    [log] = (home / "logs").glob("nightly-*.log")
+    [report] = (home / "reports").glob("nightly-*.json")
+    run_id = json.loads(report.read_text(encoding="utf-8"))["run_id"]
+    assert f"run {run_id}: train" in log.read_text(encoding="utf-8")
+    assert json.loads(report.read_text(encoding="utf-8"))["sources"]
+
+
+def test_nightly_job_failed_ingest_still_logs_its_end(job_env, tmp_path):
+    env, home = job_env
+    bad = tmp_path / "bad_inbox"
+    bad.mkdir()
+    (bad / "advertisers.csv").write_text("advertiser_id,name\n", encoding="utf-8")
+    env["ADSEG_INBOX"] = str(bad)
+    done = _run(env)
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 2, text
+    assert "nightly end rc=2" in text
+
+
+def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(job_env):
+    """`systemctl stop` / `kill` sends SIGTERM to the script: it passes it on to adseg, which
+    marks the run failed and releases the lock; the log gets its end line."""
+    import signal
+    import sqlite3
+    import time
+
+    env, home = job_env
+    proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.DEVNULL)
+    db = home / "adseg.db"
+    deadline = time.monotonic() + 120
+    running = False
+    while time.monotonic() < deadline and proc.poll() is None and not running:
+        time.sleep(0.1)
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    running = bool(
+                        conn.execute("SELECT 1 FROM runs WHERE status = 'running'").fetchall()
+                    )
+            except sqlite3.OperationalError:  # schema not there yet, or locked
+                pass
+    assert running, "the nightly run never started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    [log] = (home / "logs").glob("nightly-*.log")
+    assert "nightly end rc=143" in log.read_text(encoding="utf-8")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, error FROM runs").fetchall() == [
+            ("failed", "terminated by SIGTERM")
+        ]
+        assert conn.execute("SELECT count(*) FROM run_locks").fetchone() == (0,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -353,6 +354,49 @@ def test_a_failed_write_leaves_the_old_file_and_names_it(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
 
 
+def test_writes_go_through_symlinks_and_into_pipes(tmp_path):
+    """A link to a report keeps being a link (its target is replaced); a FIFO or a device such as
+    /dev/stdout is written in place, never replaced by a regular file."""
+    import os
+    import threading
+
+    from adseg import cli
+
+    target = tmp_path / "archive" / "report.json"
+    target.parent.mkdir()
+    target.write_text("old", encoding="utf-8")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    cli._check_output(link, "--output")
+    cli._write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == "new"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.json"]
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
+    reader.start()
+    cli._check_output(fifo, "--output")
+    cli._write_atomic(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert received == ["through the pipe"]
+    assert not fifo.is_file() and fifo.exists()
+
+
+def test_an_output_folder_without_write_permission_is_refused_up_front(tmp_path, monkeypatch):
+    import os
+
+    from adseg import cli
+
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode)
+    )
+    with pytest.raises(cli.CliError, match=f"no permission to write in {tmp_path}"):
+        cli._check_output(tmp_path / "sub" / "report.html", "--report-html")
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -408,3 +452,46 @@ def test_default_fuser_set_leaves_the_cubic_fusers_out_of_large_runs():
     assert pipeline.fusers_for_size(named, 50_000) == (named.fuser_names(), [])
     primary = pipeline.NightlyConfig(primary_fuser="lta")  # the product's fuser is never left out
     assert pipeline.fusers_for_size(primary, 50_000)[1] == ["trce"]
+
+
+def test_sigterm_during_a_run_marks_it_failed_and_releases_the_lock(
+    loaded, market_dir, db_url, monkeypatch
+):
+    """A scheduler's SIGTERM mid-run: the run row says so, partial results are gone, the lock is
+    free for the next run, and the exit code is 128 + 15 (the CLI installs the handler)."""
+    import os
+    import signal
+
+    real_views = pipeline.build_views
+
+    def views_then_terminated(*args, **kwargs):
+        views = real_views(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread's handler here
+        return views
+
+    monkeypatch.setattr(pipeline, "build_views", views_then_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    result = runner.invoke(
+        app, ["nightly", "--database-url", db_url, "--fuser", "l2", "--supply", "actual"]
+    )
+    assert result.exit_code == 143, result.output
+    assert "terminated by SIGTERM" in result.output
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
+    runs = store.list_runs(loaded)
+    assert list(runs["status"]) == ["failed"]
+    assert runs["error"].iloc[0] == "terminated by SIGTERM"
+    assert store.lock_holder(loaded) is None
+    assert store.read_segments(loaded, int(runs["run_id"].iloc[0])) == {}
+    monkeypatch.setattr(pipeline, "build_views", real_views)
+    assert pipeline.run_nightly(loaded, config=_config(market_dir)).run_id > 0
+
+
+def test_a_failing_primary_fuser_stops_the_worker_processes():
+    """With worker processes, the primary fuser's failure is raised at once and the pool's
+    workers are terminated (not left computing the other fusers)."""
+    import multiprocessing
+
+    labels = np.tile(np.arange(4), (2, 6)).T.reshape(-1, 2)[:12]
+    with pytest.raises(ValueError, match="n_clusters"):
+        pipeline.fuse(labels, ["rcc", "l2"], 50, 0, "rcc", n_jobs=2)
+    assert multiprocessing.active_children() == []
