@@ -136,7 +136,7 @@ def _engine(url_flag: str | None, *, create: bool = False):
 def _require_schema(engine) -> None:
     from adseg.store import migrate
 
-    current = migrate.current_revision(engine)
+    current = migrate.check_known(engine)
     if current != migrate.head_revision():
         raise CliError(
             f"database schema is at {current or 'nothing'}, not {migrate.head_revision()}: "
@@ -202,7 +202,7 @@ def db_current(database_url_: DatabaseUrl = None) -> None:
 
     url = database_url(database_url_)
     engine = _engine(url)
-    current = migrate.current_revision(engine)
+    current = migrate.check_known(engine)
     head = migrate.head_revision()
     if current == head:
         state = f"{current}, up to date"

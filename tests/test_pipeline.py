@@ -495,3 +495,35 @@ def test_a_failing_primary_fuser_stops_the_worker_processes():
     with pytest.raises(ValueError, match="n_clusters"):
         pipeline.fuse(labels, ["rcc", "l2"], 50, 0, "rcc", n_jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, market_dir):
+    """An advertiser that delivered in the evaluation window but not in the training window has
+    no supply forecast: with --supply both the run completes, its forecast is NULL (stored and in
+    every report format), and the forecast-supply MAPEs count it as missing."""
+    from sqlalchemy import text as sql
+
+    from adseg.report import render
+
+    windows = pipeline.default_windows(loaded)
+    with loaded.begin() as conn:
+        newcomer = conn.execute(sql("SELECT min(advertiser_id) FROM delivery")).scalar()
+        conn.execute(
+            sql("DELETE FROM delivery WHERE advertiser_id = :a AND date < :d"),
+            {"a": newcomer, "d": windows.eval_start},
+        )
+    result = pipeline.run_nightly(loaded, windows, _config(market_dir, supply="both"))
+    mape = result.result.mape
+    by_mode = mape.groupby("supply_mode")["n_missing_forecast"].min()
+    assert by_mode["forecast"] >= 1 and by_mode["actual"] == 0
+    saved = store.read_forecast_results(loaded, result.run_id)["forecasts"]
+    mine = saved[(saved["advertiser_id"] == newcomer) & (saved["supply_mode"] == "forecast")]
+    assert len(mine) and mine["impressions_forecast"].isna().all()
+    data = pipeline.load_report_data(loaded, result.run_id)
+    doc = json.loads(render(data, "json"))
+    assert doc["sources"]
+    csv_text = render(data, "csv")
+    assert any(
+        line.startswith(f"{newcomer},") and ",forecast,," in line for line in csv_text.splitlines()
+    )
+    assert "<html" in render(data, "html").lower()

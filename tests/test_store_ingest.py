@@ -304,3 +304,75 @@ def test_price_samples_one_query_per_window(engine, db_url, tmp_path):
     assert win[1].size == 0 and win[3].size == 0
     win, cost = reads.price_samples(engine, ids, dt.date(2026, 3, 2), dt.date(2026, 3, 2))
     assert win[1].tolist() == [0.5] and win[2].tolist() == [7.25]
+
+
+def test_migrations_match_the_models(db_url):
+    """The schema the migrations build is the one the ORM models declare (autogenerate finds
+    nothing to add, drop or alter), on SQLite and PostgreSQL."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from adseg.store.models import Base
+
+    engine = make_engine(db_url)
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_forecasts_may_be_null_after_0004_and_0003_data_survive(db_url):
+    from sqlalchemy import text as sql
+
+    from adseg.store.results import create_run
+
+    engine = make_engine(db_url)
+    migrate.upgrade(engine, "0003")
+    run_id = create_run(engine, "nightly", parameters={}, seed=0, windows={}, code_version="t")
+    assert run_id == 1
+    with engine.begin() as conn:
+        conn.execute(
+            sql(
+                "INSERT INTO forecasts VALUES "
+                "(1, 'rcc', 'segment', 'actual', 'a', 1.0, 2.0, 3.0, 4.0)"
+            )
+        )
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sql(
+                "INSERT INTO forecasts VALUES "
+                "(1, 'rcc', 'segment', 'forecast', 'a', NULL, 2.0, NULL, 4.0)"
+            )
+        )
+        rows = conn.execute(sql("SELECT count(*) FROM forecasts")).scalar()
+    engine.dispose()
+    assert rows == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nosuch"], "unknown schema revision 'nosuch'; known: 0001"),
+        (["0001"], "only moves forward"),
+    ],
+)
+def test_db_upgrade_refuses_unknown_and_backward_targets(db_url, args, message):
+    assert runner.invoke(app, ["db", "upgrade", "--database-url", db_url]).exit_code == 0
+    result = runner.invoke(app, ["db", "upgrade", *args, "--database-url", db_url])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_database_from_a_newer_adseg_is_named_as_such(db_url):
+    from sqlalchemy import text as sql
+
+    assert runner.invoke(app, ["db", "upgrade", "--database-url", db_url]).exit_code == 0
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sql("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    for command in (["db", "current"], ["db", "upgrade"], ["runs"]):
+        result = runner.invoke(app, [*command, "--database-url", db_url])
+        assert result.exit_code == 2, result.output
+        assert "revision 0099, which this adseg does not know" in result.output

@@ -26,8 +26,42 @@ def _config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the database to ``revision`` (default: the newest)."""
+    """Upgrade the database to ``revision`` (default: the newest). Raises ValueError for a
+    revision this adseg does not know, for a database at one (a newer adseg migrated it), and
+    for a target older than the database's revision (upgrades only move forward)."""
+    known = known_revisions()
+    if revision != "head" and revision not in known:
+        raise ValueError(f"unknown schema revision {revision!r}; known: {', '.join(known)}, head")
+    current = current_revision(engine)
+    if current is not None and current not in known:
+        raise ValueError(_unknown_message(current))
+    if current is not None and revision != "head" and known.index(revision) < known.index(current):
+        raise ValueError(
+            f"the database is at {current}, newer than {revision}: `adseg db upgrade` only moves "
+            "forward (restore a backup to go back)"
+        )
     command.upgrade(_config(engine), revision)
+
+
+def known_revisions() -> list[str]:
+    """This adseg's schema revisions, oldest first."""
+    script = ScriptDirectory.from_config(_config_without_engine())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def _unknown_message(current: str) -> str:
+    return (
+        f"the database is at schema revision {current}, which this adseg does not know (its "
+        f"newest is {head_revision()}): a newer adseg migrated it; upgrade adseg"
+    )
+
+
+def check_known(engine: Engine) -> str | None:
+    """The database's revision; ValueError if this adseg does not know it."""
+    current = current_revision(engine)
+    if current is not None and current not in known_revisions():
+        raise ValueError(_unknown_message(current))
+    return current
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -222,9 +222,10 @@ class Forecast(Base):
     method: Mapped[str] = mapped_column(String(16), primary_key=True)
     supply_mode: Mapped[str] = mapped_column(String(16), primary_key=True)
     advertiser_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    impressions_forecast: Mapped[float] = mapped_column(Float)
+    # NULL: no forecast (no supply history for --supply forecast; migration 0004)
+    impressions_forecast: Mapped[float | None] = mapped_column(Float)
     impressions_actual: Mapped[float] = mapped_column(Float)
-    spend_forecast: Mapped[float] = mapped_column(Float)
+    spend_forecast: Mapped[float | None] = mapped_column(Float)
     spend_actual: Mapped[float] = mapped_column(Float)
 
 
