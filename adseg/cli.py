@@ -52,6 +52,10 @@ Quiet = Annotated[
     bool,
     typer.Option("--quiet", "-q", help="Print errors and warnings only: no progress, no results."),
 ]
+MinSamples = Annotated[
+    int,
+    typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
+]
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
 
@@ -404,6 +408,7 @@ def nightly(
     ] = None,
     supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
     seed: Seed = 0,
+    min_samples: MinSamples = 20,
     truth: Annotated[
         Path | None,
         typer.Option(help="truth.csv of a simulated marketplace: adds a 'truth' source."),
@@ -439,17 +444,24 @@ def nightly(
         primary_fuser=primary,
         n_segments=segments,
         seed=seed,
+        min_samples=min_samples,
         supply=supply,
         truth_path=str(truth) if truth else None,
     )
     config.fuser_names()  # validate names before taking the lock
     if truth is not None:
         from adseg.pipeline import read_truth
+        from adseg.store.load import known_advertiser_ids
 
         try:
-            read_truth(truth)  # at the door: a bad file must not become a failed run
+            named = read_truth(truth)  # at the door: a bad file must not become a failed run
         except (FileNotFoundError, ValueError) as exc:
             raise CliError(f"--truth: {exc}") from None
+        if not named.index.isin(list(known_advertiser_ids(engine))).any():
+            raise CliError(
+                f"--truth: {truth} names none of the database's advertisers (is it the truth "
+                "file of the marketplace this database was loaded from?)"
+            )
     progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
         result = run_nightly(engine, windows, config, progress)
@@ -541,10 +553,7 @@ def views_command(
     eval_start: DateOpt = None,
     eval_end: DateOpt = None,
     seed: Seed = 0,
-    min_samples: Annotated[
-        int,
-        typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
-    ] = 20,
+    min_samples: MinSamples = 20,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:

@@ -32,7 +32,9 @@ def error_text(exc: BaseException) -> str:
         return "interrupted by SIGINT (Ctrl-C)"
     if isinstance(exc, Terminated):
         return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+    # the first line: a database error's message goes on with the SQL and its parameters
+    first = next((line for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}"
 
 
 def _raise_terminated(signum: int, frame) -> None:

@@ -214,13 +214,21 @@ def build_views(data: PulledData, config: NightlyConfig):
     from adseg.views import ViewConfig, build_base_clusterings
 
     view_config = ViewConfig(alphas=tuple(config.alphas), min_samples=config.min_samples)
-    return build_base_clusterings(
+    views = build_base_clusterings(
         data.win_samples,
         data.cost_samples,
         data.descriptions,
         config=view_config,
         random_state=config.seed,
     )
+    if views.columns.empty:
+        raise ValueError(
+            f"no view could be built from the training window's {len(data.advertiser_ids):,} "
+            f"advertiser(s): too few have ≥ {config.min_samples} win-rate or eCPM samples, or a "
+            "usable description (see the warnings above); widen the training window or lower "
+            "--min-samples"
+        )
+    return views
 
 
 def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int | None) -> int:
@@ -476,7 +484,7 @@ def _locked_run(
     except BaseException as exc:
         if run_id is not None:
             message = error_text(exc)
-            log.error("run %s failed: %s", run_id, message)
+            log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())
             store.fail_run(engine, run_id, message, timings)
         raise
@@ -542,6 +550,11 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         segmentations.update(fused)
         if config.truth_path:
             truth = truth_segmentation(read_truth(config.truth_path), data.advertiser_ids)
+            if not (truth >= 0).any():
+                raise ValueError(
+                    f"truth file {config.truth_path} names none of the {truth.size:,} advertisers "
+                    "of the training window."
+                )
             if (missing := int((truth < 0).sum())) > 0:
                 log.warning(
                     "truth file %s has no segment for %d of %d advertisers: the truth source "

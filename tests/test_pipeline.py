@@ -413,6 +413,14 @@ def test_a_bad_truth_file_is_a_usage_error_before_a_run(loaded, db_url, tmp_path
     assert store.list_runs(loaded).empty
 
 
+def test_a_truth_file_of_another_marketplace_is_refused_before_a_run(loaded, db_url, tmp_path):
+    path = tmp_path / "truth.csv"
+    path.write_text("advertiser_id,segment\nzzz,1\n", encoding="utf-8")
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q", "--truth", str(path)])
+    assert res.exit_code == 2 and "names none of the database's advertisers" in res.output
+    assert store.list_runs(loaded).empty
+
+
 def test_truth_segments_may_be_text_and_may_cover_some_advertisers(tmp_path):
     path = tmp_path / "truth.csv"
     path.write_text("advertiser_id,segment,extra\na,north,1\nb,south,2\nc,north,3\n", "utf-8")
@@ -527,3 +535,17 @@ def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, ma
         line.startswith(f"{newcomer},") and ",forecast,," in line for line in csv_text.splitlines()
     )
     assert "<html" in render(data, "html").lower()
+
+
+def test_a_marketplace_too_small_for_any_view_is_a_clear_error(engine, db_url, tmp_path):
+    """One advertiser: no KS view (fewer than two advertisers) and no text view can be built;
+    the run fails with a message that says so, not a database error."""
+    out = tmp_path / "one"
+    write_marketplace(simulate_marketplace(MarketplaceConfig(n_advertisers=1, seed=3)), out)
+    write_batch(engine, read_directory(out))
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "--fuser", "l2"])
+    assert res.exit_code == 2, res.output
+    assert "no view could be built from the training window's 1 advertiser(s)" in res.output
+    assert "IntegrityError" not in res.output
+    runs = store.list_runs(engine)
+    assert list(runs["status"]) == ["failed"] and "no view could be built" in runs["error"][0]
