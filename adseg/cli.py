@@ -25,6 +25,7 @@ from adseg.interrupts import signals_as_exceptions
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
 
 app = typer.Typer(
     help="adseg: segment advertisers by robust consensus clustering and forecast their delivery.",
@@ -38,6 +39,17 @@ app.add_typer(db_app, name="db")
 # tables stay readable when piped to a file or a job log (rich assumes 80 columns there)
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _reader_gone() -> None:
+    """The reader of stdout went away (`adseg … | head`): stop quietly with the status of a Unix
+    tool that SIGPIPE ended (rich would exit 1, which here means "the run failed"). stdout goes to
+    /dev/null so that the final flush at exit does not fail again (Python's documented recipe)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+out.on_broken_pipe = _reader_gone
 
 DatabaseUrl = Annotated[
     str | None,
@@ -56,6 +68,7 @@ MinSamples = Annotated[
     int,
     typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
 ]
+RUN_ID = {"min": 1, "max": 2**63 - 1}  # the databases' BIGINT range (larger cannot be bound)
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
 
@@ -74,7 +87,7 @@ def handle_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from sqlalchemy.exc import OperationalError, ProgrammingError
+        from sqlalchemy.exc import DatabaseError
 
         from adseg.ingest import IngestError
         from adseg.interrupts import Terminated, error_text, exit_code
@@ -87,6 +100,8 @@ def handle_errors(fn: Callable) -> Callable:
                 "results deleted; nothing half-written is kept)",
                 exit_code(exc),
             )
+        except BrokenPipeError:
+            _reader_gone()
         except CliError as exc:
             _fail(str(exc), exc.code, exc.details)
         except IngestError as exc:
@@ -96,9 +111,10 @@ def handle_errors(fn: Callable) -> Callable:
                 EXIT_BAD_INPUT,
                 [str(p) for p in exc.problems],
             )
-        except (OperationalError, ProgrammingError) as exc:
+        except DatabaseError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            _fail(f"database error: {reason}", EXIT_FAILED)
+            hint = _DATABASE_HINTS.get(reason)
+            _fail(f"database error: {reason}{hint or ''}", EXIT_BAD_INPUT if hint else EXIT_FAILED)
         except ValueError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
         except OSError as exc:  # a file we were asked to read or write: say which, and why
@@ -108,6 +124,13 @@ def handle_errors(fn: Callable) -> Callable:
             _fail(f"{where}{exc.strerror}", EXIT_BAD_INPUT)
 
     return wrapper
+
+
+_DATABASE_HINTS = {  # SQLite's messages for a database file the user must fix (exit 2)
+    "file is not a database": " (the --database-url file is not an SQLite database)",
+    "attempt to write a readonly database": " (the database file or its folder is read-only)",
+    "unable to open database file": " (check the --database-url path and its permissions)",
+}
 
 
 def _fail(message: str, code: int, details: list[str] | None = None) -> None:
@@ -314,7 +337,7 @@ def sample_generate(
     days: Annotated[int, typer.Option(help="Days in all (training + evaluation).")] = 14,
     train_days: Annotated[
         int | None,
-        typer.Option(help="Days of the training window [default: half of --days, rounded up]."),
+        typer.Option(help="Days of the training window (default: half of --days, rounded up)."),
     ] = None,
     segments: Annotated[int, typer.Option(help="Latent segments.")] = 40,
     seed: Annotated[
@@ -358,7 +381,22 @@ def sample_generate(
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL: a scheduler may retry later
 
-DateOpt = Annotated[dt.datetime | None, typer.Option(formats=["%Y-%m-%d"])]
+_WINDOWS_HELP = (
+    "Give all four window dates or none (default: the last 14 days in the database, 7 + 7; "
+    "fewer days are split in half)."
+)
+
+
+def _date_option(what: str):
+    return Annotated[
+        dt.datetime | None, typer.Option(formats=["%Y-%m-%d"], help=f"{what}. {_WINDOWS_HELP}")
+    ]
+
+
+TrainStart = _date_option("First day of the training window")
+TrainEnd = _date_option("Last day of the training window")
+EvalStart = _date_option("First day of the evaluation window")
+EvalEnd = _date_option("Last day of the evaluation window")
 
 
 def _windows(engine, train_start, train_end, eval_start, eval_end):
@@ -392,10 +430,10 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
 @app.command("nightly")
 @handle_errors
 def nightly(
-    train_start: DateOpt = None,
-    train_end: DateOpt = None,
-    eval_start: DateOpt = None,
-    eval_end: DateOpt = None,
+    train_start: TrainStart = None,
+    train_end: TrainEnd = None,
+    eval_start: EvalStart = None,
+    eval_end: EvalEnd = None,
     fuser: Annotated[
         list[str] | None,
         typer.Option(
@@ -427,6 +465,9 @@ def nightly(
 
     Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input,
     75 another nightly run holds the lock (retry later), 130 / 143 stopped by Ctrl-C / SIGTERM."""
+    from sqlalchemy.exc import DatabaseError
+
+    from adseg.interrupts import error_text
     from adseg.pipeline import NightlyConfig, run_nightly
     from adseg.store.results import RunLockedError
 
@@ -469,8 +510,10 @@ def nightly(
         _fail(str(exc), EXIT_LOCKED)
     except (ValueError, FileNotFoundError):
         raise
+    except DatabaseError:
+        raise  # a database that cannot be written: handle_errors says why
     except Exception as exc:  # the run row has the error; the job needs a code and a line
-        _fail(f"nightly run failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
+        _fail(f"nightly run failed: {error_text(exc)}", EXIT_FAILED)
     if not quiet:
         print_nightly(result, windows)
     for fmt, path in reports.items():
@@ -548,10 +591,10 @@ def _pct(x) -> str:
 @app.command("views")
 @handle_errors
 def views_command(
-    train_start: DateOpt = None,
-    train_end: DateOpt = None,
-    eval_start: DateOpt = None,
-    eval_end: DateOpt = None,
+    train_start: TrainStart = None,
+    train_end: TrainEnd = None,
+    eval_start: EvalStart = None,
+    eval_end: EvalEnd = None,
     seed: Seed = 0,
     min_samples: MinSamples = 20,
     database_url_: DatabaseUrl = None,
@@ -612,7 +655,9 @@ def _print_frame(frame, title: str, percent: tuple[str, ...] = ()) -> None:
 @app.command("segment")
 @handle_errors
 def segment_command(
-    run: Annotated[int, typer.Option("--run", help="Run whose base clusterings to fuse.")],
+    run: Annotated[
+        int, typer.Option("--run", help="Run whose base clusterings to fuse.", **RUN_ID)
+    ],
     fuser: Annotated[
         list[str] | None, typer.Option("--fuser", help="Fuser(s) (repeatable; default all).")
     ] = None,
@@ -648,7 +693,9 @@ def segment_command(
 @app.command("forecast")
 @handle_errors
 def forecast_command(
-    run: Annotated[int, typer.Option("--run", help="Run whose segments to forecast with.")],
+    run: Annotated[
+        int, typer.Option("--run", help="Run whose segments to forecast with.", **RUN_ID)
+    ],
     supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
     seed: Seed = 0,
     database_url_: DatabaseUrl = None,
@@ -677,7 +724,8 @@ def forecast_command(
 @handle_errors
 def report(
     run: Annotated[
-        int | None, typer.Option("--run", help="Run id (default: latest completed).")
+        int | None,
+        typer.Option("--run", help="Run id (default: the latest with forecasts).", **RUN_ID),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="html | json | csv")] = "json",
     output: Annotated[
@@ -694,7 +742,7 @@ def report(
     engine = _engine(database_url_)
     _require_schema(engine)
     try:
-        run_id = run if run is not None else latest_completed_run(engine)
+        run_id = run if run is not None else latest_completed_run(engine, with_forecasts=True)
         if output is None:
             sys.stdout.write(_render_report(engine, run_id, fmt))
         else:
@@ -760,7 +808,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @app.command("runs")
 @handle_errors
 def runs(
-    limit: Annotated[int, typer.Option(help="How many (newest first).", min=1)] = 20,
+    limit: Annotated[int, typer.Option(help="How many (newest first).", **RUN_ID)] = 20,
     database_url_: DatabaseUrl = None,
 ) -> None:
     """List recent runs with their status (and the error of failed ones)."""

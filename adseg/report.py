@@ -292,8 +292,9 @@ def _csv_safe(text: str) -> str:
 
 def render_csv(data: ReportData) -> str:
     """Per-advertiser forecasts and actuals for every source, method and supply mode, columns
-    :data:`CSV_COLUMNS` (advertiser_name empty when unknown; spreadsheet-formula names are
-    prefixed with an apostrophe). Rows sorted by source, method, supply mode, advertiser."""
+    :data:`CSV_COLUMNS` (advertiser_name empty when unknown; names and ids that a spreadsheet
+    would read as a formula are prefixed with an apostrophe). Rows sorted by source, method,
+    supply mode, advertiser."""
     f = data.forecasts
     missing = [c for c in _FORECAST_COLUMNS if c not in f.columns]
     if missing:
@@ -306,6 +307,7 @@ def render_csv(data: ReportData) -> str:
         [_csv_safe(str(names[a])) if a in names else "" for a in out["advertiser_id"]],
     )
     out = out.sort_values(["source", "method", "supply_mode", "advertiser_id"], kind="stable")
+    out["advertiser_id"] = [_csv_safe(str(a)) for a in out["advertiser_id"]]
     return out.to_csv(index=False, lineterminator="\n", float_format="%.10g")
 
 

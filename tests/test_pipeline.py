@@ -549,3 +549,32 @@ def test_a_marketplace_too_small_for_any_view_is_a_clear_error(engine, db_url, t
     assert "IntegrityError" not in res.output
     runs = store.list_runs(engine)
     assert list(runs["status"]) == ["failed"] and "no view could be built" in runs["error"][0]
+
+
+def test_report_defaults_to_the_latest_run_with_forecasts(loaded, market_dir, db_url):
+    """A views-only run after the nightly must not turn `adseg report` into an empty report."""
+    first = pipeline.run_nightly(loaded, config=_config(market_dir))
+    views_run, _ = pipeline.run_views(loaded, pipeline.default_windows(loaded), _config(market_dir))
+    assert views_run > first.run_id
+    res = runner.invoke(app, ["report", "--database-url", db_url])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["run_id"] == first.run_id and doc["sources"]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db_url):
+    """`adseg report --format csv | head -1`: no traceback, no 'error', status 141 (SIGPIPE's),
+    not 1 (which means a failed run)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not db_url.startswith("sqlite"):
+        pytest.skip("one database is enough for a pipe")
+    run_id = pipeline.run_nightly(loaded, config=_config(market_dir)).run_id
+    adseg = Path(sys.executable).parent / "adseg"
+    cmd = [str(adseg), "report", "--run", str(run_id), "--format", "csv", "--database-url", db_url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader leaves before the report is written (pipe sizes vary)
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""

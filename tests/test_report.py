@@ -205,20 +205,22 @@ def test_csv_round_trips_through_pandas(data):
 def test_csv_neutralises_spreadsheet_formulas():
     f = pd.DataFrame(
         {
-            "advertiser_id": ["x"],
-            "source": ["s"],
-            "method": ["segment"],
-            "supply_mode": ["actual"],
-            "impressions_forecast": [1.0],
-            "impressions_actual": [2.0],
-            "spend_forecast": [0.1],
-            "spend_actual": [math.pi],
+            "advertiser_id": ["x", "@SUM(A1)"],
+            "source": ["s", "s"],
+            "method": ["segment"] * 2,
+            "supply_mode": ["actual"] * 2,
+            "impressions_forecast": [1.0, 1.0],
+            "impressions_actual": [2.0, 2.0],
+            "spend_forecast": [0.1, 0.1],
+            "spend_actual": [math.pi, 1.0],
         }
     )
     d = ReportData(run={}, mape=pd.DataFrame(), forecasts=f, advertiser_names={"x": "=1+2"})
-    back = pd.read_csv(io.StringIO(render_csv(d)))
-    assert back.loc[0, "advertiser_name"] == "'=1+2"
-    assert back.loc[0, "spend_actual"] == pytest.approx(math.pi, rel=1e-9)
+    back = pd.read_csv(io.StringIO(render_csv(d)), dtype={"advertiser_id": str})
+    back = back.set_index("advertiser_id")
+    assert back.loc["x", "advertiser_name"] == "'=1+2"
+    assert back.loc["x", "spend_actual"] == pytest.approx(math.pi, rel=1e-9)
+    assert "'@SUM(A1)" in back.index  # ids are user-supplied strings too
 
 
 def test_render_dispatch_and_unknown_format(data):

@@ -376,3 +376,23 @@ def test_a_database_from_a_newer_adseg_is_named_as_such(db_url):
         result = runner.invoke(app, [*command, "--database-url", db_url])
         assert result.exit_code == 2, result.output
         assert "revision 0099, which this adseg does not know" in result.output
+
+
+def test_a_file_that_is_not_a_database_is_named_not_a_traceback(tmp_path):
+    bogus = tmp_path / "notes.db"
+    bogus.write_text("these are my notes\n", encoding="utf-8")
+    for command in (["db", "summary"], ["db", "upgrade"], ["runs"]):
+        result = runner.invoke(app, [*command, "--database-url", f"sqlite:///{bogus}"])
+        assert result.exit_code == 2, result.output
+        assert "file is not a database (the --database-url file is not an SQLite database)" in (
+            result.output
+        )
+        assert "Traceback" not in result.output
+    assert bogus.read_text(encoding="utf-8") == "these are my notes\n"
+
+
+def test_run_ids_beyond_the_integer_range_are_usage_errors(db_url):
+    assert runner.invoke(app, ["db", "upgrade", "--database-url", db_url]).exit_code == 0
+    for command in (["report", "--run"], ["segment", "--run"], ["runs", "--limit"]):
+        result = runner.invoke(app, [*command, str(2**70), "--database-url", db_url])
+        assert result.exit_code == 2 and "less than or equal to" in result.output, result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from sqlalchemy import Engine, create_engine, event
 
 
@@ -22,7 +24,10 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
             if not str(engine.url.database or "").startswith(":memory:") and engine.url.database:
-                cur.execute("PRAGMA journal_mode=WAL")
+                try:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                except sqlite3.OperationalError:  # a read-only file: reading needs no WAL
+                    pass
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA cache_size=-65536")  # 64 MiB: index inserts stay in memory

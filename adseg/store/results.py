@@ -119,14 +119,21 @@ def get_run(engine: Engine, run_id: int) -> dict[str, Any]:
     return _run_dict(row["Run"] if "Run" in row else row)
 
 
-def latest_completed_run(engine: Engine, kind: str | None = None) -> int:
+def latest_completed_run(
+    engine: Engine, kind: str | None = None, *, with_forecasts: bool = False
+) -> int:
+    """The newest completed run (of ``kind``; with ``with_forecasts``, only one that has scored
+    forecasts — what a report is about, so a later views-only run does not hide the nightly)."""
     stmt = select(Run.run_id).where(Run.status == "completed")
     if kind:
         stmt = stmt.where(Run.kind == kind)
+    if with_forecasts:
+        stmt = stmt.where(select(Metric.run_id).where(Metric.run_id == Run.run_id).exists())
     with engine.connect() as conn:
         run_id = conn.scalar(stmt.order_by(Run.run_id.desc()).limit(1))
     if run_id is None:
-        raise RunNotFoundError("no completed run in the database yet (run `adseg nightly`).")
+        what = "completed run with forecasts" if with_forecasts else "completed run"
+        raise RunNotFoundError(f"no {what} in the database yet (run `adseg nightly`).")
     return run_id
 
 
