@@ -238,6 +238,36 @@ def db_current(database_url_: DatabaseUrl = None) -> None:
     out.print(f"{mask_url(url)}: {state}", markup=False)
 
 
+@db_app.command("unlock")
+@handle_errors
+def db_unlock(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Also clear a lock held by another host (adseg cannot check it)."
+        ),
+    ] = False,
+    database_url_: DatabaseUrl = None,
+) -> None:
+    """Clear the nightly lock a stopped process left behind (its run is marked failed).
+
+    A lock of a process on this host that has ended is taken over by the next run anyway; this
+    is for a holder on another host (a container that was replaced, a machine that rebooted)."""
+    from adseg.store.results import RunLockedError, clear_lock
+
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    try:
+        cleared = clear_lock(engine, "nightly", force=force)
+    except RunLockedError as exc:
+        raise CliError(str(exc)) from None
+    if cleared is None:
+        out.print("the nightly lock is not held", markup=False)
+        return
+    run = "" if cleared.run_id is None else f"; run {cleared.run_id} marked failed"
+    out.print(f"cleared the nightly lock of {cleared.holder}{run}", markup=False)
+
+
 @db_app.command("summary")
 @handle_errors
 def db_summary(database_url_: DatabaseUrl = None) -> None:

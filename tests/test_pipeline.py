@@ -578,3 +578,46 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
     proc.stdout.close()  # the reader leaves before the report is written (pipe sizes vary)
     assert proc.wait(timeout=120) == 141
     assert proc.stderr.read() == b""
+
+
+def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
+    """A live holder on this host is never cleared; another host's needs --force; the cleared
+    holder's run is marked failed; the next nightly can then run."""
+    import datetime as dt
+    import os
+    import socket
+
+    from sqlalchemy import insert
+
+    from adseg.store.models import RunLock
+
+    def unlock(*extra):
+        return runner.invoke(app, ["db", "unlock", "--database-url", db_url, *extra])
+
+    res = unlock()
+    assert res.exit_code == 0 and "not held" in res.output
+    holder = store.acquire_lock(loaded, "nightly")  # this very (live) process
+    res = unlock("--force")
+    assert res.exit_code == 2 and "still running" in res.output
+    store.release_lock(loaded, "nightly", holder)
+
+    run_id = store.create_run(
+        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
+    )
+    with loaded.begin() as conn:
+        conn.execute(
+            insert(RunLock).values(
+                name="nightly",
+                run_id=run_id,
+                holder=f"not-{socket.gethostname()}:{os.getpid()}",
+                acquired_at=dt.datetime.now(dt.UTC),
+            )
+        )
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
+    assert res.exit_code == 75 and "adseg db unlock" in res.output
+    res = unlock()
+    assert res.exit_code == 2 and "--force" in res.output
+    res = unlock("--force")
+    assert res.exit_code == 0 and f"run {run_id} marked failed" in res.output
+    assert store.lock_holder(loaded) is None
+    assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]

@@ -197,10 +197,11 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
             if _is_stale(current.holder):
                 _abandon(engine, current)
                 continue
+            run = "no run yet" if current.run_id is None else f"run {current.run_id}"
             raise RunLockedError(
-                f"another {name} run is in progress (run {current.run_id}, held by "
-                f"{current.holder} since {current.acquired_at:%Y-%m-%d %H:%M:%S}); "
-                "try again when it has finished"
+                f"another {name} run is in progress ({run}, held by {current.holder} since "
+                f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC); try again when it has finished "
+                "(if that process is gone, `adseg db unlock` clears the lock)"
             ) from None
     raise RunLockedError(f"could not take the {name} lock")
 
@@ -228,16 +229,41 @@ def release_lock(engine: Engine, name: str, holder: str) -> None:
         conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
 
 
-def _abandon(engine: Engine, stale: LockHolder) -> None:
+def _abandon(engine: Engine, stale: LockHolder, why: str = "") -> None:
     """Clear a lock whose process is gone; its run (if any) is marked failed, results deleted."""
     if stale.run_id is not None:
         fail_run(
             engine,
             stale.run_id,
-            f"abandoned: process {stale.holder} ended without finishing the run",
+            f"abandoned: process {stale.holder} ended without finishing the run{why}",
             {},
         )
     release_lock(engine, stale.name, stale.holder)
+
+
+def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) -> LockHolder | None:
+    """Clear a lock left behind (``adseg db unlock``): returns the holder cleared, None if the
+    lock was free. A holder on this host that still runs is never cleared (RunLockedError); one
+    on another host cannot be checked, so it is cleared only with ``force``. The holder's run is
+    marked failed and its partial results deleted, as when a crashed holder is taken over."""
+    current = lock_holder(engine, name)
+    if current is None:
+        return None
+    host, _, pid = current.holder.rpartition(":")
+    here = host == socket.gethostname()
+    if here and not _is_stale(current.holder):
+        raise RunLockedError(
+            f"the {name} lock is held by process {pid} on this host, which is still running; "
+            f"stop it (kill -TERM {pid}) rather than clear its lock"
+        )
+    if not here and not force:
+        raise RunLockedError(
+            f"the {name} lock is held by {current.holder} (another host, since "
+            f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC) and adseg cannot tell whether that "
+            "process still runs; if it does not, clear the lock with --force"
+        )
+    _abandon(engine, current, " (lock cleared by `adseg db unlock`)")
+    return current
 
 
 def _is_stale(holder: str) -> bool:
