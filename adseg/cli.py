@@ -718,6 +718,13 @@ def segment_command(
             out.print(f"{name}: {len(set(labels.tolist()))} segments", markup=False)
         for name, error in done["errors"].items():
             err.print(f"warning: {name} failed: {error}", markup=False)
+    if done["unscored"]:
+        err.print(
+            f"note: the forecasts and scores of {', '.join(done['unscored'])} in run {run} were "
+            f"made with the replaced segments and are removed; `adseg forecast --run {run}` "
+            "scores the new ones",
+            markup=False,
+        )
 
 
 @app.command("forecast")

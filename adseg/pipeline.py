@@ -638,15 +638,17 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
 def run_segment(
     engine: Engine, run_id: int, config: NightlyConfig, progress: Progress | None = None
 ) -> dict[str, np.ndarray]:
-    """Fuse a run's stored base clusterings again (replacing those sources' segments)."""
+    """Fuse a run's stored base clusterings again, replacing those sources' segments and
+    deleting their forecasts and scores (made with the old segments); ``"unscored"`` in the
+    result lists the sources that had some."""
 
     def work(run):
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
         names, _ = fusers_for_size(config, labels.shape[0])
         fused, _, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
-        store.write_segments(engine, run_id, ids, fused)
-        return {"segments": fused, "n_segments": k, "errors": errors}
+        unscored = store.write_segments(engine, run_id, ids, fused)
+        return {"segments": fused, "n_segments": k, "errors": errors, "unscored": unscored}
 
     return _stage_on_run(engine, run_id, "segment", work)
 

@@ -289,6 +289,17 @@ def test_single_stages_from_the_cli(loaded, db_url):
     assert store.get_run(loaded, run_id)["timings"].keys() >= {"views", "segment", "forecast"}
     res = runner.invoke(app, ["report", "--run", str(run_id), "--database-url", db_url])
     assert res.exit_code == 0 and json.loads(res.stdout)["run_id"] == run_id
+    # fusing again replaces l2's segments: its scores (of the old segments) go, the rest stay
+    res = runner.invoke(
+        app,
+        ["segment", "--run", str(run_id), "--fuser", "l2", "--segments", "3"]
+        + ["--database-url", db_url],
+    )
+    assert res.exit_code == 0 and f"`adseg forecast --run {run_id}`" in res.output
+    after = store.read_forecast_results(loaded, run_id)
+    assert "l2" not in set(after["mape"]["source"]) and "own" in set(after["mape"]["source"])
+    assert "l2" not in set(after["forecasts"]["source"])
+    assert store.read_segments(loaded, run_id)["l2"].nunique() == 3
     res = runner.invoke(app, ["segment", "--run", "999", "--database-url", db_url])
     assert res.exit_code == 2 and "does not exist" in res.output
 

@@ -316,8 +316,11 @@ def write_base_clusterings(
         _insert_frame(conn, BaseClusteringLabel, labels_frame)
 
 
-def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: dict) -> None:
-    """Persist (replace) the given sources' segments of a run."""
+def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: dict) -> list[str]:
+    """Persist (replace) the given sources' segments of a run. Their c.d.f.s, forecasts and
+    scores, made with the segments replaced, are deleted in the same transaction (a report must
+    not show one segmentation's sizes beside another's MAPE). Returns the sources that had such
+    results (``adseg forecast`` scores them again)."""
     ids = np.asarray(advertiser_ids, dtype=object)
     frames = [
         pd.DataFrame(
@@ -330,11 +333,18 @@ def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: d
         )
         for src, seg in segmentations.items()
     ]
+    sources = list(segmentations)
     with engine.begin() as conn:
-        for src in segmentations:
-            conn.execute(delete(Segment).where(Segment.run_id == run_id, Segment.source == src))
+        stale = conn.scalars(
+            select(Metric.source)
+            .where(Metric.run_id == run_id, Metric.source.in_(sources))
+            .distinct()
+        ).all()
+        for table in (Segment, SegmentCdf, Forecast, Metric):
+            conn.execute(delete(table).where(table.run_id == run_id, table.source.in_(sources)))
         for frame in frames:
             _insert_frame(conn, Segment, frame)
+    return sorted(stale)
 
 
 def write_forecast_results(engine: Engine, run_id: int, result) -> None:
