@@ -40,6 +40,12 @@ KEYS: dict[str, tuple[str, ...]] = {
     "delivery": ("advertiser_id", "date"),
 }
 SUFFIXES = (".csv", ".csv.gz", ".parquet")
+MAX_AMOUNT = 1e12
+"""Largest price (eCPM) or spend accepted, in currency: money is stored as int64 micros (exact up
+to 9.2e12), and anything near that is a unit or parsing error upstream, not a price."""
+MAX_COUNT = 2**53
+"""Largest count (bid requests, impressions) accepted: the largest whole number a float64 holds
+exactly, far above any day's traffic."""
 MAX_ID_LENGTH = 64
 MAX_NAME_LENGTH = 512
 MICROS = 1_000_000
@@ -311,6 +317,9 @@ def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[
     bad = ~np.isfinite(values)
     problems = _rows_problem(file, bad, f"{column} is not a finite number")
     problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
+    problems += _rows_problem(
+        file, ~bad & (values > MAX_AMOUNT), f"{column} is above {MAX_AMOUNT:.0e} (implausible)"
+    )
     return values, problems
 
 
@@ -319,6 +328,9 @@ def _count(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[
     bad = ~np.isfinite(values) | (values != np.round(values))
     problems = _rows_problem(file, bad, f"{column} is not a whole number")
     problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
+    problems += _rows_problem(
+        file, ~bad & (values > MAX_COUNT), f"{column} is above {MAX_COUNT:,} (implausible)"
+    )
     values = np.where(bad, np.nan, values)
     return values, problems
 

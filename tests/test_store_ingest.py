@@ -204,6 +204,14 @@ BAD_CASES = {
     ),
     "negative impressions": ("delivery", _bad(DELIVERY, 0, impressions="-1"), 1, "negative"),
     "fractional requests": ("delivery", _bad(DELIVERY, 2, bid_requests="1.5"), 3, "whole number"),
+    "huge price": ("auctions", _bad(AUCTIONS, 1, market_price_ecpm="1e300"), 2, "above 1e+12"),
+    "huge spend": ("delivery", _bad(DELIVERY, 0, spend="1e13"), 1, "spend is above"),
+    "huge count": (
+        "delivery",
+        _bad(DELIVERY, 0, bid_requests="99999999999999999999999"),
+        1,
+        "bid_requests is above 9,007,199,254,740,992",
+    ),
     "duplicate delivery": ("delivery", _bad(DELIVERY, 2, advertiser_id="adv-2"), 3, "duplicate"),
     "duplicate advertiser": ("advertisers", _bad(ADVERTISERS, 1, advertiser_id="adv-1"), 2, "dup"),
     "empty id": (
