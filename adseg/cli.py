@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import os
 import re
 import sys
@@ -612,10 +613,12 @@ def print_nightly(result, windows) -> None:
 
 
 def _pct(x) -> str:
+    """A share as a percentage; "n/a" when there is none (e.g. every actual was zero: NaN)."""
     try:
-        return f"{100 * float(x):.2f}%"
+        value = float(x)
     except (TypeError, ValueError):
         return "n/a"
+    return f"{100 * value:.2f}%" if math.isfinite(value) else "n/a"
 
 
 @app.command("views")

@@ -632,3 +632,10 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     assert res.exit_code == 0 and f"run {run_id} marked failed" in res.output
     assert store.lock_holder(loaded) is None
     assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]
+
+
+def test_console_percentages_say_na_rather_than_nan():
+    from adseg.cli import _pct
+
+    assert _pct(0.1234) == "12.34%"
+    assert _pct(float("nan")) == "n/a" and _pct(None) == "n/a"
