@@ -391,7 +391,8 @@ def _cdf_plot(data: ReportData, source: str, max_segments: int) -> str:
         ax.set_title(titles[kind])
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
+    if axes[1].get_legend_handles_labels()[0]:  # matplotlib warns on an empty legend
+        axes[1].legend(fontsize=7, loc="lower right")
     return _png(fig)
 
 
@@ -426,7 +427,8 @@ def _scatter_plot(data: ReportData, source: str) -> str:
         ax.set_ylabel(f"forecast {what}")
         ax.set_title(f"{what}: forecast vs actual ({mode} supply)")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # nothing plotted when every value is zero
+            ax.legend(fontsize=8)
     return _png(fig)
 
 

@@ -256,3 +256,28 @@ def test_pipeline_style_metadata_dates_and_nested_timings(data):
     assert doc["parameters"]["methods"] == ["segment", "blended"]
     page = render_html(d)
     assert "2026-03-02" in page and "rcc" in page
+
+
+def test_scatter_of_all_zero_deliveries_draws_without_warnings():
+    """Every actual and forecast zero (nothing delivered): no point to plot on a log axis, and
+    no matplotlib warning about an empty legend reaches the user."""
+    import warnings
+
+    from adseg.report import _scatter_plot
+
+    f = pd.DataFrame(
+        {
+            "advertiser_id": ["x", "y"],
+            "source": ["rcc", "rcc"],
+            "method": ["segment", "segment"],
+            "supply_mode": ["actual", "actual"],
+            "impressions_forecast": [0.0, 0.0],
+            "impressions_actual": [0.0, 0.0],
+            "spend_forecast": [0.0, 0.0],
+            "spend_actual": [0.0, 0.0],
+        }
+    )
+    d = ReportData(run={}, mape=pd.DataFrame({"supply_mode": ["actual"]}), forecasts=f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _scatter_plot(d, "rcc").startswith("<img")
