@@ -22,7 +22,7 @@ from rich.table import Table
 
 from adseg import __version__
 from adseg.config import database_url, mask_url, sqlite_file
-from adseg.interrupts import signals_as_exceptions
+from adseg.interrupts import Terminated, error_text, exit_code, signals_as_exceptions
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -91,7 +91,6 @@ def handle_errors(fn: Callable) -> Callable:
         from sqlalchemy.exc import DatabaseError
 
         from adseg.ingest import IngestError
-        from adseg.interrupts import Terminated, error_text, exit_code
 
         try:
             return fn(*args, **kwargs)
@@ -498,7 +497,6 @@ def nightly(
     75 another nightly run holds the lock (retry later), 130 / 143 stopped by Ctrl-C / SIGTERM."""
     from sqlalchemy.exc import DatabaseError
 
-    from adseg.interrupts import error_text
     from adseg.pipeline import NightlyConfig, run_nightly
     from adseg.store.results import RunLockedError
 
