@@ -537,10 +537,8 @@ def nightly(
         result = run_nightly(engine, windows, config, progress)
     except RunLockedError as exc:
         _fail(str(exc), EXIT_LOCKED)
-    except (ValueError, FileNotFoundError):
-        raise
-    except DatabaseError:
-        raise  # a database that cannot be written: handle_errors says why
+    except (ValueError, FileNotFoundError, DatabaseError):
+        raise  # bad data or an unwritable database: handle_errors gives the reason and code
     except Exception as exc:  # the run row has the error; the job needs a code and a line
         _fail(f"nightly run failed: {error_text(exc)}", EXIT_FAILED)
     if not quiet:

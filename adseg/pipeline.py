@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import signal
+import sys
 import time
 import traceback
 import warnings
@@ -321,9 +323,6 @@ def _worker_init() -> None:
     than print its own traceback; SIGTERM and SIGHUP get their default actions back (the parent's
     handlers are inherited by fork); and on Linux the worker is sent SIGTERM if the parent dies
     (kill -9), so no orphan keeps computing."""
-    import signal
-    import sys
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in TERMINATING:
         signal.signal(signum, signal.SIG_DFL)

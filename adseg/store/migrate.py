@@ -32,9 +32,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     known = known_revisions()
     if revision != "head" and revision not in known:
         raise ValueError(f"unknown schema revision {revision!r}; known: {', '.join(known)}, head")
-    current = current_revision(engine)
-    if current is not None and current not in known:
-        raise ValueError(_unknown_message(current))
+    current = check_known(engine)
     if current is not None and revision != "head" and known.index(revision) < known.index(current):
         raise ValueError(
             f"the database is at {current}, newer than {revision}: `adseg db upgrade` only moves "
