@@ -46,6 +46,9 @@ to 9.2e12), and anything near that is a unit or parsing error upstream, not a pr
 MAX_COUNT = 2**53
 """Largest count (bid requests, impressions) accepted: the largest whole number a float64 holds
 exactly, far above any day's traffic."""
+DATE_RANGE = ("2000-01-01", "2099-12-31")
+"""Dates and timestamps accepted (inclusive, UTC): a delivery log is of real auctions, and a year
+like 0001, 1970 or 9999 is an exporter's placeholder that would move the default windows."""
 MAX_ID_LENGTH = 64
 MAX_NAME_LENGTH = 512
 MICROS = 1_000_000
@@ -225,6 +228,7 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems += _check_id(adv, "advertiser_id", file)
     ts = pd.to_datetime(frame["ts"], utc=True, errors="coerce", format="ISO8601")
     problems += _rows_problem(file, ts.isna().to_numpy(), "ts is not an ISO-8601 timestamp")
+    problems += _rows_problem(file, _outside_date_range(ts), _DATE_RANGE_RULE.format("ts"))
     bid, p = _price(frame["bid_ecpm"], "bid_ecpm", file)
     problems += p
     market, p = _price(frame["market_price_ecpm"], "market_price_ecpm", file)
@@ -265,6 +269,7 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems += _check_id(adv, "advertiser_id", file)
     dates = pd.to_datetime(_text(frame["date"]), errors="coerce", format="%Y-%m-%d")
     problems += _rows_problem(file, dates.isna().to_numpy(), "date is not a YYYY-MM-DD date")
+    problems += _rows_problem(file, _outside_date_range(dates), _DATE_RANGE_RULE.format("date"))
     requests, p = _count(frame["bid_requests"], "bid_requests", file)
     problems += p
     impressions, p = _count(frame["impressions"], "impressions", file)
@@ -292,6 +297,17 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+_DATE_RANGE_RULE = "{} is outside " + " … ".join(DATE_RANGE) + " (a placeholder date?)"
+
+
+def _outside_date_range(values: pd.Series) -> np.ndarray:
+    """(n,) bool: parsed dates or timestamps (naive = UTC) outside DATE_RANGE; NaT is not."""
+    days = values.dt.tz_localize(None) if values.dt.tz is not None else values
+    days = days.dt.normalize()
+    first, last = (pd.Timestamp(d) for d in DATE_RANGE)
+    return ((days < first) | (days > last)).fillna(False).to_numpy(dtype=bool)
+
 
 
 def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:

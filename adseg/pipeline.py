@@ -235,7 +235,8 @@ def build_views(data: PulledData, config: NightlyConfig):
 
 def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int | None) -> int:
     """The number of consensus segments: as requested, else the median cluster count of the
-    KS-view base clusterings (the views that measure what the forecast uses)."""
+    KS-view base clusterings (the views that measure what the forecast uses); one segment when
+    those views find no difference between advertisers."""
     n = labels.shape[0]
     if requested is not None:
         if not 1 <= requested <= n:
@@ -243,7 +244,7 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
         return requested
     ks = columns[columns["view"] != "text"]["n_clusters"]
     k = int(np.median(ks)) if len(ks) else int(np.median(columns["n_clusters"]))
-    return int(min(max(k, 2), n))
+    return int(min(max(k, 1), n))
 
 
 def fill_missing(labels: np.ndarray) -> np.ndarray:

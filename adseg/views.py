@@ -94,8 +94,9 @@ class ViewConfig:
     alphas : significance levels of the KS graphs, each in (0, 1); one base clustering per α and
         KS view.
     min_samples : advertisers with fewer samples of a kind are left out of that view (label -1).
-    n_clusters : clusters per KS graph; None = eigengap within ``k_range``.
-    k_range : (k_min, k_max) searched (capped at the number of advertisers - 1).
+    n_clusters : clusters per KS graph; None = chosen by ``k_selection`` within ``k_range``.
+    k_range : (k_min, k_max) searched (capped at the number of advertisers - 1). A graph in
+        which every pair is linked is one cluster whatever k_min is.
     k_selection : "bethe_hessian" (default), "eigengap" or "modularity" (see
         NormalizedCutClustering and the module docstring).
     assign_method : "kmeans" or "cluster_qr" (see adseg.consensus.assign_labels).
@@ -114,7 +115,7 @@ class ViewConfig:
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
     min_samples: int = 5
     n_clusters: int | None = None
-    k_range: tuple[int, int] = (2, 80)
+    k_range: tuple[int, int] = (1, 80)
     k_selection: str = "bethe_hessian"
     assign_method: str = "kmeans"
     n_init: int = 10
@@ -201,7 +202,9 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     ----------
     n_clusters : int or None: clusters of the nodes that have an edge (isolated nodes are
         singletons on top). None = chosen within ``k_range`` by ``k_selection``.
-    k_range : (k_min, k_max) searched; capped at n - 1.
+    k_range : (k_min, k_max) searched; capped at n - 1. When n_clusters is None and every pair
+        of linked nodes is linked (a clique: no pair differs), they are one cluster whatever
+        k_min is.
     k_selection : "bethe_hessian" (default: the number of negative eigenvalues of the graph's
         Bethe Hessian, clipped to k_range; Saade, Krzakala & Zdeborová 2014), "eigengap" (argmax
         λ_k − λ_{k+1} of N = D^-1/2 A D^-1/2) or "modularity"
@@ -229,7 +232,7 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     def __init__(
         self,
         n_clusters: int | None = None,
-        k_range: tuple[int, int] = (2, 80),
+        k_range: tuple[int, int] = (1, 80),
         k_selection: str = "bethe_hessian",
         assign_method: str = "kmeans",
         n_init: int = 10,
@@ -262,7 +265,11 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         self.eigenvalues_ = np.empty(0)
         labels = np.arange(n, dtype=np.int64)  # every node alone unless there is a graph to cut
         core = np.flatnonzero(~isolated)
-        if core.size >= 2:
+        if core.size >= 2 and self.n_clusters is None and _is_complete(a, core):
+            # every pair linked (no pair differs significantly): any split would be arbitrary
+            labels[core] = 0
+            labels[isolated] = 1 + np.arange(self.n_isolated_)
+        elif core.size >= 2:
             core_labels = self._cut(a[np.ix_(core, core)], k_min, k_max)
             labels[core] = core_labels
             # nodes linked to nobody are significantly different from every other: singletons
@@ -315,6 +322,11 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
             if quality > best:
                 best, best_labels = quality, labels
         return _compact(best_labels)
+
+
+def _is_complete(adjacency: np.ndarray, nodes: np.ndarray) -> bool:
+    """Whether every pair of ``nodes`` is linked (an (n_nodes, n_nodes) boolean temporary)."""
+    return bool((adjacency[np.ix_(nodes, nodes)] != 0).all())
 
 
 def _bethe_hessian_count(adjacency: np.ndarray) -> int:
@@ -488,7 +500,10 @@ def text_view(
     if config.text_components is not None and min(x.shape) > 2:
         n_comp = min(config.text_components, min(x.shape) - 1)
         svd = TruncatedSVD(n_components=n_comp, random_state=int(seeds[-1]))
-        features = normalize(svd.fit_transform(x))
+        # explained_variance_ratio_ (unused) divides by the total variance, which is 0 when
+        # every description is the same
+        with np.errstate(divide="ignore", invalid="ignore"):
+            features = normalize(svd.fit_transform(x))
     else:
         features = x
     n_distinct = _n_distinct_rows(features)

@@ -639,3 +639,17 @@ def test_console_percentages_say_na_rather_than_nan():
 
     assert _pct(0.1234) == "12.34%"
     assert _pct(float("nan")) == "n/a" and _pct(None) == "n/a"
+
+
+def test_one_segment_when_the_ks_views_find_no_difference():
+    """The segment count follows the KS views down to 1 (no forced split), and the text view
+    does not decide it while a KS view exists."""
+    columns = pd.DataFrame(
+        {"view": ["win_rate", "win_rate", "ecpm_cost", "text"], "n_clusters": [1, 1, 2, 20]}
+    )
+    labels = np.zeros((50, 4), dtype=np.int64)
+    assert pipeline.choose_n_segments(columns, labels, None) == 1
+    assert pipeline.choose_n_segments(columns.assign(n_clusters=[9, 7, 8, 20]), labels, None) == 8
+    assert pipeline.choose_n_segments(columns, labels, 5) == 5
+    with pytest.raises(ValueError, match="--segments must be between 1 and 50"):
+        pipeline.choose_n_segments(columns, labels, 51)

@@ -196,6 +196,13 @@ BAD_CASES = {
     "unknown advertiser": ("auctions", _bad(AUCTIONS, 2, advertiser_id="adv-9"), 3, "unknown adv"),
     "duplicate auction": ("auctions", _bad(AUCTIONS, 3, auction_id="a1"), 4, "duplicate key"),
     "bad date": ("delivery", _bad(DELIVERY, 1, date="2026-13-45"), 2, "date is not a YYYY-MM-DD"),
+    "placeholder date": ("delivery", _bad(DELIVERY, 1, date="9999-12-31"), 2, "date is outside"),
+    "epoch timestamp": (
+        "auctions",
+        _bad(AUCTIONS, 0, ts="1970-01-01T00:00:00Z"),
+        1,
+        "ts is outside 2000-01-01 … 2099-12-31",
+    ),
     "impressions > requests": (
         "delivery",
         _bad(DELIVERY, 0, impressions="2000"),

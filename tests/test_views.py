@@ -234,6 +234,33 @@ def test_text_view_missing_descriptions():
     assert empty.labels.shape == (2, 0)
 
 
+def test_indistinguishable_advertisers_are_one_cluster():
+    """Identical price distributions link every pair at every α: one cluster, not an arbitrary
+    split forced by k_min = 2; a clearly different advertiser stays apart."""
+    rng = np.random.default_rng(3)
+    prices = rng.gamma(4.0, 0.5, size=200)
+    same = [prices.copy() for _ in range(12)]
+    view = ks_view(same, "win_rate", ViewConfig(n_init=2), random_state=0)
+    assert view.labels.shape == (12, 3)
+    assert (view.labels == 0).all() and list(view.columns["n_clusters"]) == [1, 1, 1]
+    constant = ks_view([np.full(50, 2.5)] * 6, "ecpm_cost", ViewConfig(n_init=2), random_state=0)
+    assert (constant.labels == 0).all()
+    outlier = ks_view(same + [prices + 50.0], "win_rate", ViewConfig(n_init=2), random_state=0)
+    assert (outlier.labels[:12] == 0).all() and (outlier.labels[12] == 1).all()
+    # a fixed cluster count is honoured even on a clique
+    fixed = NormalizedCutClustering(n_clusters=3, random_state=0).fit(np.ones((9, 9)))
+    assert fixed.n_clusters_ == 3
+
+
+def test_identical_descriptions_are_one_text_cluster_without_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        view = text_view(["shoes boots sneakers"] * 30, ViewConfig(n_init=2), 0)
+    assert (view.labels == 0).all() and list(view.columns["n_clusters"]) == [1, 1, 1]
+
+
 def test_view_with_too_few_samples_is_skipped():
     with pytest.warns(RuntimeWarning, match="skipped"):
         v = ks_view([np.ones(2), np.ones(3), np.arange(10.0)], "win_rate", ViewConfig())
