@@ -1,5 +1,5 @@
 """``python -m adseg``: the same command line as the ``adseg`` entry point."""
 
-from adseg.cli import app
+from adseg.cli import entry_point
 
-app(prog_name="adseg")
+entry_point()

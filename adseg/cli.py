@@ -940,3 +940,33 @@ def _one_blas_thread():
 
 if __name__ == "__main__":  # pragma: no cover
     app()
+
+
+def entry_point(args: list[str] | None = None) -> None:
+    """The ``adseg`` command (and ``python -m adseg``): the Typer app, with usage errors (an
+    unknown option, a value of the wrong type) as one ``error:`` line like every other error,
+    instead of a boxed panel that wraps at 80 columns in a job log."""
+    usage_error, click_exception = _click_exceptions()
+    try:
+        result = app(args=args, prog_name="adseg", standalone_mode=False)
+    except usage_error as exc:
+        if exc.ctx is None or type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # nothing to point at, or the help text itself
+        else:
+            help_hint = f" (see '{exc.ctx.command_path} --help')"
+            err.print(f"error: {exc.format_message()}{help_hint}", markup=False)
+        sys.exit(exc.exit_code)
+    except click_exception as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("error: aborted", markup=False)
+        sys.exit(EXIT_FAILED)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def _click_exceptions() -> tuple[type, type]:
+    """click's UsageError and ClickException, wherever this Typer keeps click (a dependency up to
+    0.2x, vendored as typer._click since): both are bases of typer.BadParameter."""
+    bases = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    return bases["UsageError"], bases["ClickException"]

@@ -461,6 +461,32 @@ def test_warnings_reach_the_user_as_one_line(loaded, db_url):
     assert res.exit_code == 2 and "'--min-samples'" in res.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nightly", "--bogus"], "error: No such option: --bogus"),
+        (["nightly", "--segments", "abc"], "error: Invalid value for '--segments'"),
+        (["frobnicate"], "error: No such command 'frobnicate'."),
+    ],
+)
+def test_usage_errors_are_one_line_from_the_installed_command(args, message):
+    """The console script and ``python -m adseg`` print a usage error as one line naming the
+    command's help, exit 2, and draw no box (a panel wraps at 80 columns in a job log)."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="adseg")
+    assert script.value == "adseg.cli:entry_point"
+    res = subprocess.run(
+        [sys.executable, "-m", "adseg", *args], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), res.stderr
+    assert "--help'" in lines[0] and "╭" not in res.stderr and res.stdout == ""
+
+
 def test_default_fuser_set_leaves_the_cubic_fusers_out_of_large_runs():
     default = pipeline.NightlyConfig()
     every = default.fuser_names()
