@@ -309,7 +309,6 @@ def _outside_date_range(values: pd.Series) -> np.ndarray:
     return ((days < first) | (days > last)).fillna(False).to_numpy(dtype=bool)
 
 
-
 def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
     missing = [c for c in COLUMNS[table] if c not in frame.columns]
     if missing:
