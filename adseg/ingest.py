@@ -114,12 +114,24 @@ def find_table_files(directory: Path) -> dict[str, Path]:
             problems.append(Problem(str(directory), f"two files for table {table}: {names}"))
         elif paths:
             found[table] = paths[0]
+    problems += _miscased_table_files(directory, found)
     if not found and not problems:
         expected = ", ".join(f"{t}.csv[.gz]|.parquet" for t in TABLES)
         problems.append(Problem(str(directory), f"no ingest files found (expected {expected})"))
     if problems:
         raise IngestError(problems)
     return found
+
+
+def _miscased_table_files(directory: Path, found: dict[str, Path]) -> list[Problem]:
+    """Files that would be a missing table's file but for letter case (``Advertisers.CSV``):
+    names are case-sensitive here, and silently skipping such a file would lose its table."""
+    wanted = {f"{t}{s}": t for t in TABLES if t not in found for s in SUFFIXES}
+    return [
+        Problem(str(entry), f"file names are case-sensitive: rename it {entry.name.lower()}")
+        for entry in sorted(directory.iterdir())
+        if entry.name.lower() in wanted and entry.name != entry.name.lower()
+    ]
 
 
 def read_directory(directory: Path, known_advertisers: set[str] | frozenset = frozenset()):
@@ -151,10 +163,12 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
         typed, found = validators[table](frame, str(files[table]))
         problems += found
         setattr(batch, table, typed)
+    if "advertisers" in files and batch.advertisers is None:
+        # its ids are unknown, so every other file's advertiser_id would look unknown too
+        raise IngestError(problems)
+    known = set(known_advertisers)
     if batch.advertisers is not None:
-        known = set(known_advertisers) | set(batch.advertisers["advertiser_id"])
-    else:
-        known = set(known_advertisers)
+        known |= set(batch.advertisers["advertiser_id"])
     for table in ("auctions", "delivery"):
         frame = getattr(batch, table)
         if frame is not None and "advertiser_id" in frame:

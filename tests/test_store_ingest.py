@@ -257,6 +257,33 @@ def test_validation_rejects_and_writes_nothing(engine, db_url, tmp_path, case):
     pd.testing.assert_frame_equal(reads.auctions(engine), before_auctions)
 
 
+def test_a_rejected_advertisers_file_does_not_make_every_id_unknown(engine, db_url, tmp_path):
+    """advertisers.csv without its name column is the one problem reported: the other files'
+    advertiser_ids cannot be checked against it, and calling them unknown would mislead."""
+    directory = write_dir(tmp_path / "in", advertisers=ADVERTISERS.drop(columns=["name"]))
+    result = ingest(db_url, directory)
+    assert result.exit_code == 2
+    assert "advertisers.csv: missing required column(s): name" in result.output
+    assert "unknown advertiser_id" not in result.output
+    assert "1 problem)" in result.output
+    assert reads.table_counts(engine)["auctions"] == 0
+
+
+def test_a_table_file_named_in_the_wrong_case_is_an_error_not_skipped(engine, db_url, tmp_path):
+    directory = write_dir(tmp_path / "in")
+    (directory / "advertisers.csv").rename(directory / "Advertisers.CSV")
+    result = ingest(db_url, directory)
+    assert result.exit_code == 2
+    assert "Advertisers.CSV: file names are case-sensitive: rename it advertisers.csv" in (
+        result.output.replace("\n", "")
+    )
+    assert reads.table_counts(engine)["advertisers"] == 0
+    # a file that only resembles no table (truth.csv, README.CSV) is not ingest's business
+    (directory / "Advertisers.CSV").rename(directory / "advertisers.csv")
+    (directory / "README.CSV").write_text("notes\n")
+    assert ingest(db_url, directory).exit_code == 0
+
+
 def test_failure_inside_the_write_rolls_back(engine, db_url, tmp_path, monkeypatch):
     """A database error half-way (after advertisers were written) leaves nothing behind."""
     from adseg.store import load
