@@ -187,19 +187,12 @@ def pull(engine: Engine, windows: Windows) -> PulledData:
     """Stage 1: advertisers, training-window samples (one query), both windows' delivery."""
     adv = reads.advertisers(engine)
     if adv.empty:
-        raise ValueError("the database has no advertisers: ingest data first (`adseg ingest`).")
+        raise ValueError(_NO_ADVERTISERS)
     ids = adv["advertiser_id"].to_numpy(dtype=object)
     win, cost = reads.price_samples(engine, ids, windows.train_start, windows.train_end)
     train = reads.delivery(engine, windows.train_start, windows.train_end)
     evaluation = reads.delivery(engine, windows.eval_start, windows.eval_end)
-    if evaluation.empty:
-        raise ValueError(
-            f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}."
-        )
-    if sum(len(s) for s in win) == 0:
-        raise ValueError(
-            f"no auction samples in the training window {windows.train_start}..{windows.train_end}."
-        )
+    _require_window_data(windows, sum(len(s) for s in win), len(evaluation))
     return PulledData(
         ids,
         adv.set_index("advertiser_id")["name"],
@@ -209,6 +202,34 @@ def pull(engine: Engine, windows: Windows) -> PulledData:
         train,
         evaluation,
     )
+
+
+_NO_ADVERTISERS = "the database has no advertisers: ingest data first (`adseg ingest`)."
+
+
+def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) -> None:
+    """Refuse data that cannot make a run before its run row is written (three COUNT queries):
+    no advertisers, no auction samples in the training window, no delivery in the evaluation
+    window, or more --segments than advertisers. ``pull`` checks the data it reads again."""
+    counts = reads.window_counts(
+        engine, (windows.train_start, windows.train_end), (windows.eval_start, windows.eval_end)
+    )
+    if counts["advertisers"] == 0:
+        raise ValueError(_NO_ADVERTISERS)
+    _require_window_data(windows, counts["train_auctions"], counts["eval_delivery"])
+    if config.n_segments is not None:
+        _check_n_segments(config.n_segments, counts["advertisers"])
+
+
+def _require_window_data(windows: Windows, n_train_samples: int, n_eval_delivery: int) -> None:
+    if n_eval_delivery == 0:
+        raise ValueError(
+            f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}."
+        )
+    if n_train_samples == 0:
+        raise ValueError(
+            f"no auction samples in the training window {windows.train_start}..{windows.train_end}."
+        )
 
 
 def build_views(data: PulledData, config: NightlyConfig):
@@ -239,12 +260,16 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
     those views find no difference between advertisers."""
     n = labels.shape[0]
     if requested is not None:
-        if not 1 <= requested <= n:
-            raise ValueError(f"--segments must be between 1 and {n}; got {requested}.")
-        return requested
+        return _check_n_segments(requested, n)
     ks = columns[columns["view"] != "text"]["n_clusters"]
     k = int(np.median(ks)) if len(ks) else int(np.median(columns["n_clusters"]))
     return int(min(max(k, 1), n))
+
+
+def _check_n_segments(requested: int, n_advertisers: int) -> int:
+    if not 1 <= requested <= n_advertisers:
+        raise ValueError(f"--segments must be between 1 and {n_advertisers}; got {requested}.")
+    return requested
 
 
 def fill_missing(labels: np.ndarray) -> np.ndarray:
@@ -510,6 +535,7 @@ def run_nightly(
     names = config.fuser_names()
     timings: dict[str, float] = {}
     params = _parameters(config) | {"fusers": names}
+    check_run_inputs(engine, windows, config)
     with _locked_run(engine, "nightly", windows, config, params, timings) as run_id:
         return _run_stages(engine, run_id, windows, config, timings, progress)
 
@@ -604,6 +630,7 @@ def run_views(
 ):
     """Pull + views as a run of kind 'views' (under the nightly lock); returns (run_id, views)."""
     windows.validate()
+    check_run_inputs(engine, windows, config)
     timings: dict[str, float] = {}
     with _locked_run(engine, "views", windows, config, _parameters(config), timings) as run_id:
         with _timed(timings, "pull", progress):

@@ -247,13 +247,36 @@ def test_bad_seed_and_segments_are_rejected_before_a_run_is_written(loaded, db_u
     assert store.list_runs(loaded).empty
 
 
-def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url):
+def test_data_that_cannot_make_a_run_is_refused_before_a_run_is_written(loaded, db_url):
+    """More segments than advertisers, or windows without data, are known from three counts:
+    exit 2 with the reason, and no failed run row to clutter `adseg runs`."""
+    base = ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2"]
+    res = runner.invoke(app, [*base, "--segments", "999"])
+    assert res.exit_code == 2 and "--segments must be between 1 and 200; got 999" in res.output
+    old = ["--train-start", "2020-01-01", "--train-end", "2020-01-07"]
+    empty_eval = ["--eval-start", "2020-01-08", "--eval-end", "2020-01-14"]
+    res = runner.invoke(app, [*base, *old, *empty_eval])
+    assert res.exit_code == 2
+    assert "no delivery rows in the evaluation window 2020-01-08..2020-01-14" in res.output
+    first, last = reads.delivery_date_range(loaded)
+    window = ["--eval-start", str(first), "--eval-end", str(last)]
+    for command in (base, ["views", "--database-url", db_url, "--quiet"]):
+        res = runner.invoke(app, [*command, *old, *window])
+        assert res.exit_code == 2
+        assert "no auction samples in the training window 2020-01-01..2020-01-07" in res.output
+    assert store.list_runs(loaded).empty and store.lock_holder(loaded) is None
+
+
+def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkeypatch):
     """A NULL error next to a text one (pandas ≥ 3 reads the column as str with NaN)."""
     pipeline.run_nightly(loaded, config=_config(market_dir))
-    res = runner.invoke(
-        app, ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2", "--segments", "999"]
-    )
-    assert res.exit_code == 2 and "--segments must be between 1 and 200" in res.output
+
+    def broken(*args, **kwargs):
+        raise ValueError("injected failure in forecasting")
+
+    monkeypatch.setattr(pipeline, "forecast", broken)
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2"])
+    assert res.exit_code == 2 and "injected failure" in res.output
     res = runner.invoke(app, ["runs", "--database-url", db_url])
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if "nightly" in line]

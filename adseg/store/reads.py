@@ -114,8 +114,7 @@ def price_samples(
     One query for all advertisers (not one per advertiser); grouped by
     :func:`adseg.forecast.samples_by_advertiser` (one stable sort).
     """
-    lo = dt.datetime.combine(start, dt.time.min, tzinfo=dt.UTC)
-    hi = dt.datetime.combine(end + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
+    lo, hi = _day_bounds(start, end)
     stmt = select(Auction.advertiser_id, Auction.market_price_micros, Auction.paid_micros).where(
         Auction.ts >= lo, Auction.ts < hi
     )
@@ -134,6 +133,30 @@ def price_samples(
         }
     )
     return samples_by_advertiser(auctions, ids)
+
+
+def window_counts(
+    engine: Engine, train: tuple[dt.date, dt.date], evaluation: tuple[dt.date, dt.date]
+) -> dict[str, int]:
+    """What a run needs, counted without reading it (three COUNT queries): advertisers, auction
+    rows in the training window (whole days, UTC) and delivery rows in the evaluation window."""
+    lo, hi = _day_bounds(*train)
+    with engine.connect() as conn:
+        return {
+            "advertisers": conn.scalar(select(func.count()).select_from(Advertiser)),
+            "train_auctions": conn.scalar(
+                select(func.count()).where(Auction.ts >= lo, Auction.ts < hi)
+            ),
+            "eval_delivery": conn.scalar(
+                select(func.count()).where(Delivery.date.between(*evaluation))
+            ),
+        }
+
+
+def _day_bounds(start: dt.date, end: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """[start 00:00, end + 1 day 00:00) in UTC: the timestamps of whole days start..end."""
+    lo = dt.datetime.combine(start, dt.time.min, tzinfo=dt.UTC)
+    return lo, dt.datetime.combine(end + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
 
 
 def _as_date(value) -> dt.date:
