@@ -938,10 +938,6 @@ def _one_blas_thread():
     return threadpool_limits(limits=1)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    app()
-
-
 def entry_point(args: list[str] | None = None) -> None:
     """The ``adseg`` command (and ``python -m adseg``): the Typer app, with usage errors (an
     unknown option, a value of the wrong type) as one ``error:`` line like every other error,
@@ -970,3 +966,7 @@ def _click_exceptions() -> tuple[type, type]:
     0.2x, vendored as typer._click since): both are bases of typer.BadParameter."""
     bases = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
     return bases["UsageError"], bases["ClickException"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry_point()

@@ -222,6 +222,8 @@ def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) ->
 
 
 def _require_window_data(windows: Windows, n_train_samples: int, n_eval_delivery: int) -> None:
+    """Raise ValueError naming the window when the evaluation window has no delivery rows or the
+    training window no auction samples."""
     if n_eval_delivery == 0:
         raise ValueError(
             f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}."
@@ -267,6 +269,7 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
 
 
 def _check_n_segments(requested: int, n_advertisers: int) -> int:
+    """``requested`` if it lies in 1..n_advertisers, else ValueError naming --segments."""
     if not 1 <= requested <= n_advertisers:
         raise ValueError(f"--segments must be between 1 and {n_advertisers}; got {requested}.")
     return requested

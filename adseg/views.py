@@ -95,8 +95,10 @@ class ViewConfig:
         KS view.
     min_samples : advertisers with fewer samples of a kind are left out of that view (label -1).
     n_clusters : clusters per KS graph; None = chosen by ``k_selection`` within ``k_range``.
-    k_range : (k_min, k_max) searched (capped at the number of advertisers - 1). A graph in
-        which every pair is linked is one cluster whatever k_min is.
+    k_range : (k_min, k_max) searched (capped at the number of advertisers - 1). k_min = 1 lets
+        a view without community structure (Bethe-Hessian count 1, e.g. identical price
+        distributions) be one cluster; a graph in which every pair is linked is one cluster
+        whatever k_min is.
     k_selection : "bethe_hessian" (default), "eigengap" or "modularity" (see
         NormalizedCutClustering and the module docstring).
     assign_method : "kmeans" or "cluster_qr" (see adseg.consensus.assign_labels).
@@ -202,9 +204,9 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     ----------
     n_clusters : int or None: clusters of the nodes that have an edge (isolated nodes are
         singletons on top). None = chosen within ``k_range`` by ``k_selection``.
-    k_range : (k_min, k_max) searched; capped at n - 1. When n_clusters is None and every pair
-        of linked nodes is linked (a clique: no pair differs), they are one cluster whatever
-        k_min is.
+    k_range : (k_min, k_max) searched; capped at n - 1. When n_clusters is None and the nodes
+        that have an edge are all linked to each other (a clique: no pair differs), they are one
+        cluster whatever k_min is.
     k_selection : "bethe_hessian" (default: the number of negative eigenvalues of the graph's
         Bethe Hessian, clipped to k_range; Saade, Krzakala & Zdeborová 2014), "eigengap" (argmax
         λ_k − λ_{k+1} of N = D^-1/2 A D^-1/2) or "modularity"
