@@ -22,7 +22,13 @@ from rich.table import Table
 
 from adseg import __version__
 from adseg.config import database_url, mask_url, sqlite_file
-from adseg.interrupts import Terminated, error_text, exit_code, signals_as_exceptions
+from adseg.interrupts import (
+    Terminated,
+    check_pending,
+    error_text,
+    exit_code,
+    signals_as_exceptions,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -93,7 +99,9 @@ def handle_errors(fn: Callable) -> Callable:
         from adseg.ingest import IngestError
 
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            check_pending()  # a stop whose exception was lost still exits as stopped
+            return out
         except (KeyboardInterrupt, Terminated) as exc:
             _fail(
                 f"{error_text(exc)}: stopped (a run in progress is marked failed, its partial "

@@ -37,20 +37,46 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
-def _raise_terminated(signum: int, frame) -> None:
-    raise Terminated(signum)
+_pending: int | None = None
+"""The signal last received while signals_as_exceptions() is active (None: none)."""
+
+
+def _exception_for(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _raise_for_signal(signum: int, frame) -> None:
+    global _pending
+    _pending = signum
+    raise _exception_for(signum)
+
+
+def check_pending() -> None:
+    """Raise the exception of a signal received earlier, if any: a handler's exception is lost
+    when the signal lands inside code whose exceptions Python only prints ("Exception ignored
+    in …": an at-fork hook as multiprocessing starts its workers, a __del__, a weakref callback),
+    and the run would then carry on as if never stopped. Called between stages and while
+    waiting for the fuser workers; once a stop is under way nothing calls it, so it raises at
+    most once where it matters."""
+    if _pending is not None:
+        raise _exception_for(_pending)
 
 
 @contextmanager
 def signals_as_exceptions():
-    """While inside: SIGTERM and SIGHUP raise :class:`Terminated` in the main thread; the previous
-    handlers are restored on the way out (so that a test process keeps its own)."""
-    previous = {signum: signal.signal(signum, _raise_terminated) for signum in TERMINATING}
+    """While inside: SIGTERM and SIGHUP raise :class:`Terminated` and SIGINT KeyboardInterrupt
+    in the main thread, and each is remembered for :func:`check_pending`; the previous handlers
+    are restored on the way out (so that a test process keeps its own)."""
+    global _pending
+    _pending = None
+    handled = (signal.SIGINT, *TERMINATING)
+    previous = {signum: signal.signal(signum, _raise_for_signal) for signum in handled}
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _pending = None
 
 
 def exit_code(exc: BaseException) -> int:

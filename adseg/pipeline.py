@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 from adseg import __version__
 from adseg.consensus import FUSERS
 from adseg.forecast import ForecastResult, evaluate_sources
-from adseg.interrupts import TERMINATING, error_text
+from adseg.interrupts import TERMINATING, check_pending, error_text
 from adseg.metrics import ari
 from adseg.store import reads
 from adseg.store import results as store
@@ -342,8 +342,21 @@ def fuse(
     with multiprocessing.Pool(n_jobs, initializer=_worker_init) as pool:
         pending = {n: pool.apply_async(_fit_one, (n, labels, n_segments, seed)) for n in slow_first}
         for name, result in pending.items():
-            record(name, result.get)
+            record(name, lambda result=result: _wait_for(result))
     return {n: segmentations[n] for n in names if n in segmentations}, seconds, errors
+
+
+def _wait_for(result, poll_seconds: float = 0.5):
+    """A worker's result; meanwhile a stop signal whose exception was lost (the pool's fork
+    runs at-fork hooks, where Python only prints exceptions) still stops the run."""
+    import multiprocessing
+
+    while True:
+        check_pending()
+        try:
+            return result.get(timeout=poll_seconds)
+        except multiprocessing.TimeoutError:
+            pass
 
 
 def _worker_init() -> None:
@@ -545,11 +558,14 @@ def run_nightly(
 
 @contextmanager
 def _timed(timings: dict, stage: str, progress: Progress | None):
-    """Time a stage into ``timings`` (seconds) and log it; announce it to ``progress``."""
+    """Time a stage into ``timings`` (seconds) and log it; announce it to ``progress``. A stop
+    signal whose exception was lost stops the run here (interrupts.check_pending)."""
+    check_pending()
     if progress:
         progress(stage)
     t0 = time.perf_counter()
     yield
+    check_pending()
     timings[stage] = round(time.perf_counter() - t0, 3)
     log.info("stage %s: %.1f s", stage, timings[stage])
 
