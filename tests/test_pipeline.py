@@ -597,6 +597,27 @@ def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, ma
     assert "<html" in render(data, "html").lower()
 
 
+def test_a_run_whose_every_forecast_is_empty_still_renders_every_report(loaded, market_dir):
+    """--supply forecast with no delivery in the training window: every forecast is NULL. The
+    stored floats read back as float64 (not object), so the HTML report renders."""
+    from sqlalchemy import text as sql
+
+    from adseg.report import render
+
+    windows = pipeline.default_windows(loaded)
+    with loaded.begin() as conn:
+        conn.execute(sql("DELETE FROM delivery WHERE date < :d"), {"d": windows.eval_start})
+    result = pipeline.run_nightly(loaded, windows, _config(market_dir, supply="forecast"))
+    saved = store.read_forecast_results(loaded, result.run_id)["forecasts"]
+    assert saved["impressions_forecast"].dtype == np.float64
+    assert saved["impressions_forecast"].isna().all()
+    data = pipeline.load_report_data(loaded, result.run_id)
+    assert "<html" in render(data, "html").lower()
+    assert all(
+        v["impressions_mape"] is None for v in json.loads(render(data, "json"))["sources"].values()
+    )
+
+
 def test_a_marketplace_too_small_for_any_view_is_a_clear_error(engine, db_url, tmp_path):
     """One advertiser: no KS view (fewer than two advertisers) and no text view can be built;
     the run fails with a message that says so, not a database error."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import Engine, Float, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adseg.store.models import (
@@ -383,10 +383,15 @@ def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
 
 
 def _frame(engine: Engine, model, run_id: int) -> pd.DataFrame:
+    """A run's rows of ``model``'s table. Float columns are float64 even when every value is
+    NULL (pandas would otherwise make an all-None column of dtype object, and arithmetic and
+    nlargest on it fail: a run whose every forecast is empty)."""
     cols = [c for c in model.__table__.columns if c.name != "run_id"]
     stmt = select(*cols).where(model.run_id == run_id)
     with engine.connect() as conn:
-        return pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
+        frame = pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
+    floats = [c.name for c in cols if isinstance(c.type, Float)]
+    return frame.astype(dict.fromkeys(floats, np.float64))
 
 
 def read_base_clusterings(
