@@ -815,7 +815,11 @@ def _check_output(path: Path | None, option: str) -> None:
         return
     if path.is_dir():
         raise CliError(f"{option} {path} is a folder; give a file name (e.g. {path / 'report'})")
-    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written in place
+    if (fd := _descriptor_of(path)) is not None:
+        if not _open_for_writing(fd):
+            raise CliError(f"{option} {path}: file descriptor {fd} is not open for writing")
+        return
+    if path.exists() and not path.is_file():  # a FIFO, a device: written in place
         if not os.access(path, os.W_OK):
             raise CliError(f"{option} {path}: no permission to write it")
         return
@@ -831,8 +835,13 @@ def _check_output(path: Path | None, option: str) -> None:
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, so a reader
     never sees half a file and a failure (disk full, no permission) leaves ``path`` as it was.
-    A symbolic link is written through (its target is replaced, the link stays); a path that is
-    not a regular file (/dev/stdout, a FIFO) is written in place, as a shell redirection would."""
+    A symbolic link is written through (its target is replaced, the link stays). /dev/stdout,
+    /dev/stderr and /dev/fd/N are written to that open descriptor, at its offset, as a shell
+    redirection would (reopening them would truncate a job log that stdout is appended to, and
+    renaming over them would replace it); a FIFO or a device is written in place."""
+    if (fd := _descriptor_of(path)) is not None:
+        _write_descriptor(fd, text)
+        return
     if path.exists() and not path.is_file():
         with open(path, "w", encoding="utf-8") as stream:
             stream.write(text)
@@ -847,6 +856,38 @@ def _write_atomic(path: Path, text: str) -> None:
         raise OSError(exc.errno, exc.strerror, str(given)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+_STANDARD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _descriptor_of(path: Path) -> int | None:
+    """The already-open file descriptor that ``path`` names (/dev/stdout, /dev/stderr,
+    /dev/fd/N, /proc/self/fd/N), or None for any other path."""
+    text = os.path.normpath(os.path.abspath(path))
+    if text in _STANDARD_STREAMS:
+        return _STANDARD_STREAMS[text]
+    match = re.fullmatch(r"/(?:dev/fd|proc/self/fd)/(\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+def _open_for_writing(fd: int) -> bool:
+    import fcntl
+
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:  # not open at all
+        return False
+    return mode in (os.O_WRONLY, os.O_RDWR)
+
+
+def _write_descriptor(fd: int, text: str) -> None:
+    """All of ``text`` (UTF-8) to ``fd`` after what Python has buffered for stdout and stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    data = memoryview(text.encode("utf-8"))
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 @app.command("runs")

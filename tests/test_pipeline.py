@@ -418,6 +418,35 @@ def test_writes_go_through_symlinks_and_into_pipes(tmp_path):
     assert not fifo.is_file() and fifo.exists()
 
 
+def test_dev_stdout_appends_to_the_log_that_stdout_is_redirected_to(tmp_path):
+    """`adseg report -o /dev/stdout >> job.log` (and the job script's --report-json /dev/stdout)
+    writes at the log's end, keeping what was there and what comes after; reopening the path
+    would truncate the log, and renaming over it would replace it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from adseg import cli; from pathlib import Path; "
+        "print('before', flush=True); p = Path(sys.argv[1]); "
+        "cli._check_output(p, '--output'); cli._write_atomic(p, 'REPORT\\n'); print('after')"
+    )
+    log = tmp_path / "job.log"
+    log.write_text("earlier night\n", encoding="utf-8")
+    for name in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        with open(log, "a", encoding="utf-8") as stream:
+            done = subprocess.run(
+                [sys.executable, "-c", script, name], stdout=stream, timeout=60, check=True
+            )
+        assert done.returncode == 0
+    assert log.read_text(encoding="utf-8") == "earlier night\n" + "before\nREPORT\nafter\n" * 3
+    from pathlib import Path
+
+    from adseg import cli
+
+    with pytest.raises(cli.CliError, match="file descriptor 987 is not open for writing"):
+        cli._check_output(Path("/dev/fd/987"), "--output")
+
+
 def test_an_output_folder_without_write_permission_is_refused_up_front(tmp_path, monkeypatch):
     import os
 
