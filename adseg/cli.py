@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from adseg import __version__
@@ -321,7 +322,7 @@ def ingest(
     summary = _write_with_progress(engine, batch, quiet)
     if quiet:
         return
-    table = Table(title=f"ingest {directory}")
+    table = Table(title=f"ingest {escape(str(directory))}")
     for col in ("table", "rows", "inserted", "updated"):
         table.add_column(col, justify="left" if col == "table" else "right")
     for t in summary.tables:
@@ -616,6 +617,11 @@ def print_nightly(result, windows) -> None:
         )
 
 
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with an ellipsis when something was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _pct(x) -> str:
     """A share as a percentage; "n/a" when there is none (e.g. every actual was zero: NaN)."""
     try:
@@ -681,10 +687,12 @@ def _print_frame(frame, title: str, percent: tuple[str, ...] = ()) -> None:
     for row in frame.itertuples(index=False):
         cells = []
         for col, value in zip(frame.columns, row, strict=True):
-            if isinstance(value, float):
-                cells.append(f"{value:.2%}" if col in percent else f"{value:.4g}")
+            if col in percent:
+                cells.append(_pct(value))
+            elif isinstance(value, float):
+                cells.append(f"{value:.4g}")
             else:
-                cells.append(str(value))
+                cells.append(escape(str(value)))
         table.add_row(*cells)
     out.print(table)
 
@@ -761,7 +769,9 @@ def forecast_command(
         raise CliError(str(exc)) from None
     if not quiet:
         cols = ["source", "supply_mode", "method", "impressions_mape", "spend_mape", "n_segments"]
-        _print_frame(result.mape[cols], f"MAPE, run {run}")
+        _print_frame(
+            result.mape[cols], f"MAPE, run {run}", percent=("impressions_mape", "spend_mape")
+        )
 
 
 @app.command("report")
@@ -914,7 +924,7 @@ def runs(
             row.status,
             _utc_text(row.started_at, "%Y-%m-%d %H:%M:%S"),
             _utc_text(row.finished_at, "%H:%M:%S"),
-            "" if pd.isna(row.error) else str(row.error)[:80],  # pandas ≥ 3 reads NULL as NaN
+            "" if pd.isna(row.error) else escape(_shorten(str(row.error), 80)),  # NULL → NaN
         )
     out.print(table)
 

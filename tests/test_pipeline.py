@@ -752,3 +752,23 @@ def test_one_segment_when_the_ks_views_find_no_difference():
     assert pipeline.choose_n_segments(columns, labels, 5) == 5
     with pytest.raises(ValueError, match="--segments must be between 1 and 50"):
         pipeline.choose_n_segments(columns, labels, 51)
+
+
+def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir, tmp_path):
+    """Paths and stored errors are not rich markup: `exports [/x]` used to crash `ingest` after
+    its commit (MarkupError, exit 1) and `[final]` vanished from the title; long errors in
+    `runs` end with an ellipsis."""
+    import shutil
+
+    folder = tmp_path / "exp [/x] [final]"
+    shutil.copytree(market_dir, folder)
+    res = runner.invoke(app, ["ingest", str(folder), "--database-url", db_url])
+    assert res.exit_code == 0, res.output
+    assert "exp [/x] [final]" in res.output
+    run_id = store.create_run(
+        engine, "nightly", parameters={}, seed=0, windows={}, code_version="test"
+    )
+    store.fail_run(engine, run_id, "ValueError: bad [/x] " + "y" * 100, {})
+    res = runner.invoke(app, ["runs", "--database-url", db_url])
+    assert res.exit_code == 0, res.output
+    assert "ValueError: bad [/x]" in res.output and "y…" in res.output
