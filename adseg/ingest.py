@@ -172,7 +172,9 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     for table in ("auctions", "delivery"):
         frame = getattr(batch, table)
         if frame is not None and "advertiser_id" in frame:
-            unknown = ~frame["advertiser_id"].isin(known).to_numpy()
+            ids = frame["advertiser_id"]
+            # an empty or over-long id is reported as such already, not again as unknown
+            unknown = ~ids.isin(known).to_numpy() & _id_ok(ids)
             problems += _rows_problem(str(files[table]), unknown, "unknown advertiser_id")
     if problems:
         raise IngestError(problems)
@@ -228,7 +230,7 @@ def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame |
         (out["name"].str.len() > MAX_NAME_LENGTH).to_numpy(),
         f"name longer than {MAX_NAME_LENGTH} characters",
     )
-    problems += _check_duplicates(out, "advertisers", file)
+    problems += _check_duplicates(out, "advertisers", file, _id_ok(out["advertiser_id"]))
     return out, problems
 
 
@@ -271,7 +273,7 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
             "paid_micros": pd.Series(_micros(paid), dtype="Int64").mask(~paid_present),
         }
     )
-    problems += _check_duplicates(out, "auctions", file)
+    problems += _check_duplicates(out, "auctions", file, _id_ok(ids))
     return out, problems
 
 
@@ -281,8 +283,8 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
         return None, problems
     adv = _text(frame["advertiser_id"])
     problems += _check_id(adv, "advertiser_id", file)
-    dates = pd.to_datetime(_text(frame["date"]), errors="coerce", format="%Y-%m-%d")
-    problems += _rows_problem(file, dates.isna().to_numpy(), "date is not a YYYY-MM-DD date")
+    dates, p = _dates(frame["date"], "date", file)
+    problems += p
     problems += _rows_problem(file, _outside_date_range(dates), _DATE_RANGE_RULE.format("date"))
     requests, p = _count(frame["bid_requests"], "bid_requests", file)
     problems += p
@@ -306,13 +308,42 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
             "spend_micros": _micros(spend),
         }
     )
-    problems += _check_duplicates(out, "delivery", file)
+    valid_key = _id_ok(adv) & dates.notna().to_numpy()
+    problems += _check_duplicates(out, "delivery", file, valid_key)
     return out, problems
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 _DATE_RANGE_RULE = "{} is outside " + " … ".join(DATE_RANGE) + " (a placeholder date?)"
+
+
+def _dates(series: pd.Series, column: str, file: str) -> tuple[pd.Series, list[Problem]]:
+    """Parse a date column: text ``YYYY-MM-DD`` (CSV, or a Parquet string/date column), or a
+    timestamp column (Parquet ``timestamp``, naive or tz-aware: what pandas and Spark write for
+    dates) whose values are all at midnight; a tz-aware value's date is taken in its own time zone.
+    Returns naive midnight timestamps, NaT where the row is refused, and the problems."""
+    if pd.api.types.is_datetime64_any_dtype(series.dtype) or pd.api.types.infer_dtype(
+        series, skipna=True
+    ) in ("datetime", "datetime64"):
+        try:
+            stamps = pd.to_datetime(series, errors="coerce")
+        except (ValueError, TypeError):  # Python datetimes in several time zones: take UTC
+            stamps = pd.to_datetime(series, errors="coerce", utc=True)
+        if stamps.dt.tz is not None:
+            stamps = stamps.dt.tz_localize(None)
+        missing = stamps.isna().to_numpy()
+        timed = ~missing & (stamps != stamps.dt.normalize()).to_numpy()
+        problems = _rows_problem(file, missing, f"{column} is empty")
+        problems += _rows_problem(
+            file,
+            timed,
+            f"{column} is a timestamp with a time of day; the {column} column takes dates "
+            "(YYYY-MM-DD, or timestamps at midnight)",
+        )
+        return stamps.mask(timed), problems
+    dates = pd.to_datetime(_text(series), errors="coerce", format="%Y-%m-%d")
+    return dates, _rows_problem(file, dates.isna().to_numpy(), f"{column} is not a YYYY-MM-DD date")
 
 
 def _outside_date_range(values: pd.Series) -> np.ndarray:
@@ -332,6 +363,12 @@ def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
 
 def _text(series: pd.Series) -> pd.Series:
     return series.astype(object).where(series.notna(), "").astype(str).str.strip()
+
+
+def _id_ok(ids: pd.Series) -> np.ndarray:
+    """(n,) bool: ids that pass _check_id (present and not too long)."""
+    lengths = ids.astype(str).str.len().to_numpy()
+    return (lengths > 0) & (lengths <= MAX_ID_LENGTH)
 
 
 def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
@@ -378,9 +415,16 @@ def _micros(values: np.ndarray) -> np.ndarray:
     return np.round(np.nan_to_num(values, nan=0.0, posinf=0.0) * MICROS).astype(np.int64)
 
 
-def _check_duplicates(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
+def _check_duplicates(
+    frame: pd.DataFrame, table: str, file: str, valid: np.ndarray
+) -> list[Problem]:
+    """Rows whose key repeats an earlier row's. Only rows with a ``valid`` key take part: empty
+    ids or unparseable dates are reported as such, and their placeholders ("" or NaT) compare
+    equal to each other without being the same key."""
     keys = list(KEYS[table])
-    dup = frame.duplicated(subset=keys, keep="first").to_numpy()
+    valid = np.asarray(valid, dtype=bool)
+    dup = np.zeros(len(frame), dtype=bool)
+    dup[valid] = frame.loc[valid, keys].duplicated(keep="first").to_numpy()
     return _rows_problem(file, dup, f"duplicate key ({', '.join(keys)}) already seen in this file")
 
 

@@ -438,3 +438,73 @@ def test_run_ids_beyond_the_integer_range_are_usage_errors(db_url):
     for command in (["report", "--run"], ["segment", "--run"], ["runs", "--limit"]):
         result = runner.invoke(app, [*command, str(2**70), "--database-url", db_url])
         assert result.exit_code == 2 and "less than or equal to" in result.output, result.output
+
+
+def _problems(directory: Path) -> list[str]:
+    from adseg.ingest import IngestError, read_directory
+
+    with pytest.raises(IngestError) as caught:
+        read_directory(directory)
+    return [str(p) for p in caught.value.problems]
+
+
+def test_unparseable_dates_and_empty_ids_are_not_also_duplicates(tmp_path):
+    """Their placeholders (NaT, "") compare equal; each row is reported once, for what it is."""
+    delivery = DELIVERY.assign(
+        advertiser_id=["adv-1", "adv-1", "adv-1"], date=["2026/03/01", "2026/03/02", "03/03/2026"]
+    )
+    problems = _problems(write_dir(tmp_path / "dates", delivery=delivery))
+    assert problems == [
+        f"{tmp_path / 'dates' / 'delivery.csv'}: rows 1, 2, 3: date is not a YYYY-MM-DD date"
+    ]
+    auctions = AUCTIONS.assign(auction_id=["a1", "", "", "a1"])
+    advertisers = ADVERTISERS.assign(advertiser_id=["adv-1", "", ""])
+    problems = _problems(write_dir(tmp_path / "ids", advertisers=advertisers, auctions=auctions))
+    joined = "\n".join(problems)
+    assert "advertisers.csv: rows 2, 3: advertiser_id is empty" in joined
+    assert "auctions.csv: rows 2, 3: auction_id is empty" in joined
+    # a real duplicate among valid keys is still found, and only it
+    assert "auctions.csv: row 4: duplicate key (auction_id)" in joined
+    assert "advertisers.csv: row" not in joined.replace("rows 2, 3: advertiser_id is empty", "")
+    # an empty advertiser_id in delivery is "empty", not also "unknown" or a duplicate
+    delivery = DELIVERY.assign(advertiser_id=["", "", "adv-3"], date="2026-03-01")
+    problems = _problems(write_dir(tmp_path / "dlv", delivery=delivery))
+    assert problems == [f"{tmp_path / 'dlv' / 'delivery.csv'}: rows 1, 2: advertiser_id is empty"]
+
+
+MIDNIGHTS = pd.to_datetime(["2026-03-01", "2026-03-02", "2026-03-02"])
+
+
+@pytest.mark.parametrize(
+    "dates",
+    [
+        MIDNIGHTS.astype("datetime64[ms]"),  # what pandas writes for a date column
+        MIDNIGHTS.astype("datetime64[us]").tz_localize("UTC"),  # Spark's timestamp type
+        MIDNIGHTS.tz_localize("Asia/Kolkata"),  # midnight in its own zone: that day
+    ],
+    ids=["naive", "utc", "kolkata"],
+)
+def test_parquet_dates_stored_as_midnight_timestamps_are_dates(engine, db_url, tmp_path, dates):
+    directory = write_dir(tmp_path / "in", "parquet", delivery=DELIVERY.assign(date=dates))
+    result = ingest(db_url, directory)
+    assert result.exit_code == 0, result.output
+    dlv = reads.delivery(engine)
+    assert [str(d) for d in dlv["date"]] == ["2026-03-01", "2026-03-02", "2026-03-02"]
+
+
+def test_parquet_timestamps_with_a_time_of_day_are_not_dates(tmp_path):
+    dates = pd.to_datetime(["2026-03-01", "2026-03-02 13:30", "2026-03-02"], format="ISO8601")
+    directory = write_dir(tmp_path / "in", "parquet", delivery=DELIVERY.assign(date=dates))
+    assert _problems(directory) == [
+        f"{directory / 'delivery.parquet'}: row 2: date is a timestamp with a time of day; the "
+        "date column takes dates (YYYY-MM-DD, or timestamps at midnight)"
+    ]
+    # the date range holds for timestamp columns too, and a missing value is named
+    dates = pd.to_datetime(["1970-01-01", None, "2026-03-02"])
+    directory = write_dir(tmp_path / "old", "parquet", delivery=DELIVERY.assign(date=dates))
+    problems = _problems(directory)
+    assert problems == [
+        f"{directory / 'delivery.parquet'}: row 2: date is empty",
+        f"{directory / 'delivery.parquet'}: row 1: date is outside 2000-01-01 … 2099-12-31 "
+        "(a placeholder date?)",
+    ]
