@@ -10,7 +10,9 @@ Precedence: command-line flag > environment variable > default.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -21,15 +23,44 @@ ENV_DATA_DIR = "ADSEG_DATA_DIR"
 
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+MASK = "***"
+
+# SQLAlchemy's own URL grammar (sqlalchemy.engine.url._parse_url), to look at the parts as typed
+# before make_url turns them into values (it fails on a port that is not a number, and takes the
+# tail of a password with an unescaped '@' for the host).
+_URL_PATTERN = re.compile(
+    r"""
+    (?P<name>[\w\+]+)://
+    (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+    (?:(?:\[(?P<ipv6host>[^/\?]+)\]|(?P<ipv4host>[^/:\?]+))?(?::(?P<port>[^/\?]*))?)?
+    (?:/(?P<database>[^\?]*))?
+    (?:\?(?P<query>.*))?
+    """,
+    re.X,
+)
+_AT_IN_PASSWORD = (
+    "database URL: an '@' follows the user:password part (a password with an unescaped '@'?): "
+    "percent-encode '@' in the password as %40, e.g. user:pa%40ss@host, not user:pa@ss@host."
+)
 
 
 def database_url(flag: str | None = None) -> str:
     """The database URL to use: the flag, else $ADSEG_DATABASE_URL, else the SQLite default."""
     url = flag or os.environ.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL
+    # never echo the URL itself: it may hold a password (mask_url's form only)
+    parts = _URL_PATTERN.match(url)
+    if parts is None:
+        raise ValueError("database URL is not a valid SQLAlchemy URL (ArgumentError).")
+    if _misplaced_at(parts):
+        raise ValueError(_AT_IN_PASSWORD)
+    port = parts["port"]
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(
+            f"database URL {mask_url(url)}: the port {port!r} is not a number from 1 to 65535."
+        )
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        # never echo the URL itself: it may hold a password
+    except (ArgumentError, ValueError) as exc:
         raise ValueError(
             f"database URL is not a valid SQLAlchemy URL ({exc.__class__.__name__})."
         ) from None
@@ -55,12 +86,62 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database)
 
 
+def _misplaced_at(parts: re.Match) -> bool:
+    """Whether an '@' landed after the user:password part (in the host, the port, off SQLite the
+    database name, or a query parameter with no '=': a password with '?' in it): always a
+    password with an unescaped '@', whose tail is now read as a host. (A SQLite file path may
+    hold an '@', and so may a query parameter's value.)"""
+    after = [parts["ipv4host"], parts["ipv6host"], parts["port"]]
+    if parts["name"].split("+", 1)[0] != "sqlite":
+        after.append(parts["database"])
+    if parts["query"]:
+        after += [pair for pair in parts["query"].split("&") if "=" not in pair]
+    return any("@" in (text or "") for text in after)
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ***, safe to print or log."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    """The URL with every password replaced by ***, safe to print or log: the user:password one,
+    and query parameters whose name contains "password" (``?password=``, ``sslpassword=``; any
+    case). If an '@' shows the password was not percent-encoded, all of user:password and the
+    text up to the last '@' become ***."""
+    parts = _URL_PATTERN.match(url)
+    if parts is None:
         return "<unparseable database URL>"
+    if _misplaced_at(parts):
+        # the password's end is unknown: hide everything up to the host's own '@', the last one
+        # before the first key=value query parameter
+        end = len(url)
+        if parts["query"] is not None:
+            offset = parts.start("query")
+            for pair in parts["query"].split("&"):
+                if "=" in pair:
+                    end = offset
+                    break
+                offset += len(pair) + 1
+        last_at = url.rfind("@", 0, end)
+        return _mask_query(f"{parts['name']}://{MASK}@{url[last_at + 1 :]}")
+    try:
+        rendered = make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # a port that is not a number: mask the text as typed
+        if parts["password"] is not None:
+            rendered = url[: parts.start("password")] + MASK + url[parts.end("password") :]
+        else:
+            rendered = url
+    return _mask_query(rendered)
+
+
+def _mask_query(url: str) -> str:
+    """``url`` with the value of each query parameter whose name contains "password" as ***."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url
+    pairs = []
+    for pair in query.split("&"):
+        key, eq, _ = pair.partition("=")
+        if eq and "password" in unquote_plus(key).lower():
+            pair = f"{key}={MASK}"
+        pairs.append(pair)
+    return base + sep + "&".join(pairs)
 
 
 def data_dir() -> Path:
