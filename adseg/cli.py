@@ -125,6 +125,8 @@ def handle_errors(fn: Callable) -> Callable:
             hint = _DATABASE_HINTS.get(reason)
             _fail(f"database error: {reason}{hint or ''}", EXIT_BAD_INPUT if hint else EXIT_FAILED)
         except ValueError as exc:
+            if (run_id := getattr(exc, "failed_run_id", None)) is not None:
+                _fail(f"run {run_id} failed: {exc}", EXIT_FAILED)  # its row says so too
             _fail(str(exc), EXIT_BAD_INPUT)
         except OSError as exc:  # a file we were asked to read or write: say which, and why
             if exc.errno is None or exc.strerror is None:  # ours, with its own message

@@ -216,6 +216,11 @@ def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) ->
     )
     if counts["advertisers"] == 0:
         raise ValueError(_NO_ADVERTISERS)
+    if counts["advertisers"] == 1:
+        raise ValueError(
+            "the database has one advertiser; segmenting needs at least two (a KS view compares "
+            "pairs): ingest the others first."
+        )
     _require_window_data(windows, counts["train_auctions"], counts["eval_delivery"])
     if config.n_segments is not None:
         _check_n_segments(config.n_segments, counts["advertisers"])
@@ -504,8 +509,9 @@ def _locked_run(
     timings: dict,
 ):
     """Take the nightly lock, create a 'running' run row and yield its id. On any error the run
-    is marked failed (its partial results deleted) and the error re-raised; the lock is always
-    released. Raises store.RunLockedError before writing anything if the lock is held."""
+    is marked failed (its partial results deleted) and the error re-raised with the run's id as
+    its ``failed_run_id``; the lock is always released. Raises store.RunLockedError before
+    writing anything if the lock is held."""
     holder = store.acquire_lock(engine, "nightly")
     run_id = None
     try:
@@ -524,6 +530,7 @@ def _locked_run(
             yield run_id
     except BaseException as exc:
         if run_id is not None:
+            exc.failed_run_id = run_id  # the CLI: exit 1, "run N failed", not "bad input"
             message = error_text(exc)
             log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())

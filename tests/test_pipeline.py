@@ -276,7 +276,7 @@ def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkey
 
     monkeypatch.setattr(pipeline, "forecast", broken)
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2"])
-    assert res.exit_code == 2 and "injected failure" in res.output
+    assert res.exit_code == 1 and "run 2 failed: injected failure" in res.output
     res = runner.invoke(app, ["runs", "--database-url", db_url])
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if "nightly" in line]
@@ -648,14 +648,25 @@ def test_a_run_whose_every_forecast_is_empty_still_renders_every_report(loaded, 
 
 
 def test_a_marketplace_too_small_for_any_view_is_a_clear_error(engine, db_url, tmp_path):
-    """One advertiser: no KS view (fewer than two advertisers) and no text view can be built;
-    the run fails with a message that says so, not a database error."""
+    """One advertiser cannot be segmented: refused before a run row (exit 2). Two advertisers
+    with too few samples and no descriptions build no view: that run fails (exit 1, "run N
+    failed", its row says why), with a message that is not a database error."""
     out = tmp_path / "one"
     write_marketplace(simulate_marketplace(MarketplaceConfig(n_advertisers=1, seed=3)), out)
     write_batch(engine, read_directory(out))
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "--fuser", "l2"])
     assert res.exit_code == 2, res.output
-    assert "no view could be built from the training window's 1 advertiser(s)" in res.output
+    assert "the database has one advertiser; segmenting needs at least two" in res.output
+    assert store.list_runs(engine).empty
+    two = tmp_path / "two"
+    write_marketplace(simulate_marketplace(MarketplaceConfig(n_advertisers=2, seed=3)), two)
+    batch = read_directory(two)
+    batch.advertisers["description"] = ""
+    write_batch(engine, batch)
+    args = ["nightly", "--database-url", db_url, "--fuser", "l2", "--min-samples", "100000"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert "run 1 failed: no view could be built from the training window's 2" in res.output
     assert "IntegrityError" not in res.output
     runs = store.list_runs(engine)
     assert list(runs["status"]) == ["failed"] and "no view could be built" in runs["error"][0]
