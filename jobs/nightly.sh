@@ -3,12 +3,47 @@
 #
 #   ADSEG_DATABASE_URL   the database (default: sqlite:///adseg.db in ADSEG_HOME)
 #   ADSEG_HOME           working folder: reports/ and logs/ go here (default: this repo's root)
-#   ADSEG_INBOX          optional folder of new ingest files, loaded before the run
+#   ADSEG_INBOX          optional folder of new ingest files, loaded before the run; a folder with
+#                        no files in it (hidden files and subfolders aside) is logged and skipped,
+#                        and the run uses the data already in the database
 #
 # Exit codes a scheduler can act on: 0 done; 1 the run failed (its run row says why: `adseg runs`);
-# 2 bad input or configuration (fix before retrying); 75 another nightly holds the lock (retry);
+# 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder);
+# 75 another nightly holds the lock (retry);
 # 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (the run is marked failed, lock released).
 set -uo pipefail
+# Each step runs in the background so that a SIGINT / SIGTERM / SIGHUP to this script (a
+# scheduler stopping it, Ctrl-C) is passed on to adseg, as the same signal, which then marks its
+# run failed and releases the lock, and the log still gets its end line. A signal that arrives
+# between steps (or before a step's pid is known) is not lost: no further step starts.
+child=""     # pid of the running step
+stop=""      # the first stop signal received: INT, TERM or HUP
+forwarded="" # whether $stop has been passed on to $child
+forward() {
+  if [ -n "$child" ] && [ -z "$forwarded" ]; then
+    forwarded=1
+    kill -s "$stop" "$child" 2>/dev/null
+  fi
+}
+on_signal() {
+  [ -n "$stop" ] || stop=$1
+  forward
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+# Job control: each step gets its own process group. A non-interactive bash starts background
+# commands with SIGINT ignored, so a forwarded SIGINT would be lost while adseg starts up; and
+# a Ctrl-C on a terminal (sent to the foreground process group) reaches adseg once, through the
+# trap, not twice.
+set -m
+signal_rc() {
+  case $stop in
+    INT) echo 130 ;;
+    TERM) echo 143 ;;
+    HUP) echo 129 ;;
+  esac
+}
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 ADSEG_HOME="${ADSEG_HOME:-$HERE}"
 ADSEG="${ADSEG_BIN:-$HERE/.venv/bin/adseg}"
@@ -16,22 +51,32 @@ cd "$ADSEG_HOME" || exit 2
 mkdir -p reports logs
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 log="logs/nightly-$stamp.log"
-# Each step runs in the background so that a SIGTERM / SIGINT / SIGHUP to this script (a
-# scheduler stopping it) is passed on to adseg, which then marks its run failed and releases the
-# lock, and the log still gets its end line.
-child=""
-trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT HUP
 step() {
+  if [ -n "$stop" ]; then
+    echo "$(date -u +%FT%TZ) stopped by SIG$stop before: ${1##*/} ${2:-}"
+    return "$(signal_rc)"
+  fi
+  forwarded=""
   "$@" &
   child=$!
-  wait "$child"
-  local rc=$?
-  if [ $rc -gt 128 ] && kill -0 "$child" 2>/dev/null; then  # the trap interrupted the wait
+  [ -n "$stop" ] && forward # the signal came before $child was set
+  local rc
+  while :; do
     wait "$child"
     rc=$?
-  fi
+    # a trap interrupts the wait (rc > 128) while the step still runs: wait for its own exit
+    [ $rc -gt 128 ] && kill -0 "$child" 2>/dev/null || break
+  done
   child=""
   return $rc
+}
+inbox_has_files() { # any entry but hidden files and subfolders (`adseg ingest` reads neither)
+  local entry
+  for entry in "$1"/*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue # the unmatched pattern of an empty folder
+    [ -d "$entry" ] || return 0
+  done
+  return 1
 }
 finish() {
   echo "$(date -u +%FT%TZ) nightly end rc=$1"
@@ -41,7 +86,11 @@ finish() {
   echo "$(date -u +%FT%TZ) nightly start"
   step "$ADSEG" db upgrade --quiet || finish $?
   if [ -n "${ADSEG_INBOX:-}" ]; then
-    step "$ADSEG" ingest "$ADSEG_INBOX" --quiet || finish $?
+    if [ -d "$ADSEG_INBOX" ] && ! inbox_has_files "$ADSEG_INBOX"; then
+      echo "$(date -u +%FT%TZ) inbox $ADSEG_INBOX is empty: nothing to ingest"
+    else # a missing folder or bad files: ingest says why and exits 2
+      step "$ADSEG" ingest "$ADSEG_INBOX" --quiet || finish $?
+    fi
   fi
   # not --quiet: the stage timings and the MAPE table belong in the log (no progress bars: not a
   # tty); both reports are of this run (not merely the latest completed one)

@@ -89,9 +89,21 @@ def test_nightly_job_failed_ingest_still_logs_its_end(job_env, tmp_path):
     assert "nightly end rc=2" in text
 
 
-def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(job_env):
-    """`systemctl stop` / `kill` sends SIGTERM to the script: it passes it on to adseg, which
-    marks the run failed and releases the lock; the log gets its end line."""
+@pytest.mark.parametrize(
+    ("signame", "code", "error"),
+    [
+        ("SIGTERM", 143, "terminated by SIGTERM"),
+        ("SIGHUP", 129, "terminated by SIGHUP"),
+        ("SIGINT", 130, "interrupted by SIGINT (Ctrl-C)"),
+    ],
+)
+def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(
+    job_env, signame, code, error
+):
+    """`systemctl stop` / `kill` sends SIGTERM to the script (a closed terminal SIGHUP, Ctrl-C
+    SIGINT): it passes that same signal on to adseg, which marks the run failed and releases the
+    lock; the script exits 128 + the signal number and the log gets its end line. SIGINT is the
+    one a non-interactive bash ignores in background commands unless the script sees to it."""
     import signal
     import sqlite3
     import time
@@ -112,12 +124,46 @@ def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(job_env
             except sqlite3.OperationalError:  # schema not there yet, or locked
                 pass
     assert running, "the nightly run never started"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 143
+    proc.send_signal(getattr(signal, signame))
+    assert proc.wait(timeout=120) == code
     [log] = (home / "logs").glob("nightly-*.log")
-    assert "nightly end rc=143" in log.read_text(encoding="utf-8")
+    text = log.read_text(encoding="utf-8")
+    assert text.rstrip().splitlines()[-1].endswith(f"nightly end rc={code}"), text
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT status, error FROM runs").fetchall() == [
-            ("failed", "terminated by SIGTERM")
-        ]
+        assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", error)]
         assert conn.execute("SELECT count(*) FROM run_locks").fetchone() == (0,)
+
+
+def test_nightly_job_empty_inbox_runs_on_the_data_already_in_the_database(job_env, tmp_path):
+    """A night without new files: the job says so and refreshes the segmentation anyway; a
+    missing inbox folder is still a configuration error (exit 2, no run)."""
+    import sqlite3
+
+    env, home = job_env
+    assert _run(env, "--fuser", "l2").returncode == 0  # loads the inbox: the data is there now
+    empty = tmp_path / "empty_inbox"
+    (empty / "done").mkdir(parents=True)  # subfolders and hidden files are not ingest files
+    (empty / ".keep").write_text("", encoding="utf-8")
+    env["ADSEG_INBOX"] = str(empty)
+    done = _run(env, "--fuser", "l2")
+    logs = sorted((home / "logs").glob("nightly-*.log"))
+    text = logs[-1].read_text(encoding="utf-8")  # the second run's (or both, in one second)
+    assert done.returncode == 0, text
+    assert f"inbox {empty} is empty: nothing to ingest" in text
+    assert "nightly end rc=0" in text and "MAPE by segmentation" in text
+    with sqlite3.connect(home / "adseg.db") as conn:
+        assert conn.execute("SELECT status FROM runs ORDER BY run_id").fetchall() == [
+            ("completed",),
+            ("completed",),
+        ]
+
+    env["ADSEG_INBOX"] = str(tmp_path / "no_such_inbox")
+    for log in logs:
+        log.unlink()
+    done = _run(env, "--fuser", "l2")
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 2, text
+    assert "not a directory" in text and "nightly end rc=2" in text
+    with sqlite3.connect(home / "adseg.db") as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (2,)
