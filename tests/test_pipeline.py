@@ -702,8 +702,8 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
 
 
 def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
-    """A live holder on this host is never cleared; another host's needs --force; the cleared
-    holder's run is marked failed; the next nightly can then run."""
+    """A holder on this host whose process exists, or another host's, is cleared only with
+    --force; the cleared holder's run is marked failed; the next nightly can then run."""
     import datetime as dt
     import os
     import socket
@@ -717,10 +717,11 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
 
     res = unlock()
     assert res.exit_code == 0 and "not held" in res.output
-    holder = store.acquire_lock(loaded, "nightly")  # this very (live) process
-    res = unlock("--force")
-    assert res.exit_code == 2 and "still running" in res.output
-    store.release_lock(loaded, "nightly", holder)
+    store.acquire_lock(loaded, "nightly")  # this very (live) process
+    res = unlock()
+    assert res.exit_code == 2 and "still exists" in res.output and "--force" in res.output
+    res = unlock("--force")  # its id may belong to another program now: the operator decides
+    assert res.exit_code == 0 and store.lock_holder(loaded) is None
 
     run_id = store.create_run(
         loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
@@ -742,6 +743,40 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     assert res.exit_code == 0 and f"run {run_id} marked failed" in res.output
     assert store.lock_holder(loaded) is None
     assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]
+
+
+def test_a_lock_of_a_previous_process_with_our_process_id_is_taken_over(loaded):
+    """A container restarted in a fresh PID namespace gets the same process ids (adseg is
+    often pid 1), so a lock row naming this process's id that this process never took is a
+    dead process's: it is taken over (its run marked abandoned), not waited on forever."""
+    import datetime as dt
+    import os
+    import socket
+
+    from sqlalchemy import insert
+
+    from adseg.store.models import RunLock
+
+    run_id = store.create_run(
+        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
+    )
+    with loaded.begin() as conn:
+        conn.execute(
+            insert(RunLock).values(
+                name="nightly",
+                run_id=run_id,
+                holder=f"{socket.gethostname()}:{os.getpid()}",
+                acquired_at=dt.datetime.now(dt.UTC),
+            )
+        )
+    holder = store.acquire_lock(loaded, "nightly")
+    assert store.get_run(loaded, run_id)["status"] == "failed"
+    assert "abandoned" in store.get_run(loaded, run_id)["error"]
+    # while this process holds it, the same id is live: a second acquire is refused
+    with pytest.raises(store.RunLockedError):
+        store.acquire_lock(loaded, "nightly")
+    store.release_lock(loaded, "nightly", holder)
+    assert store.lock_holder(loaded) is None
 
 
 def test_console_percentages_say_na_rather_than_nan():

@@ -180,7 +180,7 @@ class LockHolder:
 def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = None) -> str:
     """Take the named lock or raise RunLockedError naming the holder. A lock left by a process
     of this host that no longer exists (a crash, a kill -9) is stale and taken over."""
-    holder = f"{socket.gethostname()}:{os.getpid()}"
+    holder = _this_process()
     for _ in range(2):
         try:
             with engine.begin() as conn:
@@ -189,12 +189,13 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
                         name=name, run_id=run_id, holder=holder, acquired_at=_now()
                     )
                 )
+            _held_here.add(_lock_key(engine, name))
             return holder
         except IntegrityError:
             current = lock_holder(engine, name)
             if current is None:
                 continue
-            if _is_stale(current.holder):
+            if _is_stale(engine, current):
                 _abandon(engine, current)
                 continue
             run = "no run yet" if current.run_id is None else f"run {current.run_id}"
@@ -227,6 +228,8 @@ def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
 def release_lock(engine: Engine, name: str, holder: str) -> None:
     with engine.begin() as conn:
         conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
+    if holder == _this_process():
+        _held_here.discard(_lock_key(engine, name))
 
 
 def _abandon(engine: Engine, stale: LockHolder, why: str = "") -> None:
@@ -243,18 +246,20 @@ def _abandon(engine: Engine, stale: LockHolder, why: str = "") -> None:
 
 def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) -> LockHolder | None:
     """Clear a lock left behind (``adseg db unlock``): returns the holder cleared, None if the
-    lock was free. A holder on this host that still runs is never cleared (RunLockedError); one
-    on another host cannot be checked, so it is cleared only with ``force``. The holder's run is
-    marked failed and its partial results deleted, as when a crashed holder is taken over."""
+    lock was free. A holder on this host whose process still exists, or one on another host
+    (which cannot be checked), is cleared only with ``force`` (RunLockedError otherwise): its
+    process id may have been reused by an unrelated process. The holder's run is marked failed
+    and its partial results deleted, as when a crashed holder is taken over."""
     current = lock_holder(engine, name)
     if current is None:
         return None
     host, _, pid = current.holder.rpartition(":")
     here = host == socket.gethostname()
-    if here and not _is_stale(current.holder):
+    if here and not force and not _is_stale(engine, current):
         raise RunLockedError(
-            f"the {name} lock is held by process {pid} on this host, which is still running; "
-            f"stop it (kill -TERM {pid}) rather than clear its lock"
+            f"the {name} lock is held by process {pid} on this host, which still exists; if it "
+            f"is a running adseg, stop it (kill -TERM {pid}) rather than clear its lock; if its "
+            "id now belongs to another program (a restarted container), clear it with --force"
         )
     if not here and not force:
         raise RunLockedError(
@@ -266,10 +271,27 @@ def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) ->
     return current
 
 
-def _is_stale(holder: str) -> bool:
-    host, _, pid = holder.rpartition(":")
+_held_here: set[tuple[str, str]] = set()
+"""(database, lock name) of the locks this process holds now (acquired, not yet released)."""
+
+
+def _this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lock_key(engine: Engine, name: str) -> tuple[str, str]:
+    return engine.url.render_as_string(hide_password=True), name
+
+
+def _is_stale(engine: Engine, lock: LockHolder) -> bool:
+    """Whether ``lock``'s holder is certainly gone: a process of this host that no longer
+    exists, or one with this process's own id that this process does not hold (a container
+    restarted in a fresh PID namespace gets the same ids, adseg often pid 1)."""
+    host, _, pid = lock.holder.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another machine's process: we cannot tell, so respect it
+    if int(pid) == os.getpid():
+        return _lock_key(engine, lock.name) not in _held_here
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
