@@ -458,13 +458,17 @@ def _windows(engine, train_start, train_end, eval_start, eval_end):
 
 def _setup_logging(quiet: bool, verbose: bool) -> None:
     import logging
+    import time
 
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    ours = not logging.getLogger().handlers  # basicConfig leaves a configured root alone
     logging.basicConfig(
         level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)sZ %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if ours:  # UTC, as the job log's own lines and `adseg runs`
+        logging.getLogger().handlers[0].formatter.converter = time.gmtime
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 

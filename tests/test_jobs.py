@@ -167,3 +167,28 @@ def test_nightly_job_empty_inbox_runs_on_the_data_already_in_the_database(job_en
     assert "not a directory" in text and "nightly end rc=2" in text
     with sqlite3.connect(home / "adseg.db") as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+
+
+def test_log_lines_are_in_utc_whatever_the_local_time_zone(job_env):
+    """The job log's own lines are UTC (…Z); adseg's log lines must be too, not local time."""
+    import re
+
+    env, home = job_env
+    env["TZ"] = "America/New_York"
+    done = _run(env, "--fuser", "l2", "--supply", "actual")
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 0, text
+    start = re.search(r"^(\d{4}-\d\d-\d\dT\d\d):\d\d:\d\dZ nightly start", text, re.M).group(1)
+    stage = re.search(
+        r"^(\d{4}-\d\d-\d\d) (\d\d):\d\d:\d\d,\d{3}Z INFO adseg\.pipeline", text, re.M
+    )
+    assert stage, text
+    assert f"{stage.group(1)}T{stage.group(2)}" in (start, _next_hour(start))
+
+
+def _next_hour(stamp: str) -> str:
+    import datetime as dt
+
+    moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H") + dt.timedelta(hours=1)
+    return moment.strftime("%Y-%m-%dT%H")
