@@ -704,13 +704,8 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
 def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     """A holder on this host whose process exists, or another host's, is cleared only with
     --force; the cleared holder's run is marked failed; the next nightly can then run."""
-    import datetime as dt
     import os
     import socket
-
-    from sqlalchemy import insert
-
-    from adseg.store.models import RunLock
 
     def unlock(*extra):
         return runner.invoke(app, ["db", "unlock", "--database-url", db_url, *extra])
@@ -723,18 +718,7 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     res = unlock("--force")  # its id may belong to another program now: the operator decides
     assert res.exit_code == 0 and store.lock_holder(loaded) is None
 
-    run_id = store.create_run(
-        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
-    )
-    with loaded.begin() as conn:
-        conn.execute(
-            insert(RunLock).values(
-                name="nightly",
-                run_id=run_id,
-                holder=f"not-{socket.gethostname()}:{os.getpid()}",
-                acquired_at=dt.datetime.now(dt.UTC),
-            )
-        )
+    run_id = _leftover_lock(loaded, f"not-{socket.gethostname()}:{os.getpid()}")
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
     assert res.exit_code == 75 and "adseg db unlock" in res.output
     res = unlock()
@@ -745,30 +729,35 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]
 
 
-def test_a_lock_of_a_previous_process_with_our_process_id_is_taken_over(loaded):
-    """A container restarted in a fresh PID namespace gets the same process ids (adseg is
-    often pid 1), so a lock row naming this process's id that this process never took is a
-    dead process's: it is taken over (its run marked abandoned), not waited on forever."""
+def _leftover_lock(engine, holder: str) -> int:
+    """A 'running' run and a nightly lock row naming ``holder``, as a killed process leaves
+    them; returns the run's id."""
     import datetime as dt
-    import os
-    import socket
 
     from sqlalchemy import insert
 
     from adseg.store.models import RunLock
 
     run_id = store.create_run(
-        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
+        engine, "nightly", parameters={}, seed=0, windows={}, code_version="t"
     )
-    with loaded.begin() as conn:
+    with engine.begin() as conn:
         conn.execute(
             insert(RunLock).values(
-                name="nightly",
-                run_id=run_id,
-                holder=f"{socket.gethostname()}:{os.getpid()}",
-                acquired_at=dt.datetime.now(dt.UTC),
+                name="nightly", run_id=run_id, holder=holder, acquired_at=dt.datetime.now(dt.UTC)
             )
         )
+    return run_id
+
+
+def test_a_lock_of_a_previous_process_with_our_process_id_is_taken_over(loaded):
+    """A container restarted in a fresh PID namespace gets the same process ids (adseg is
+    often pid 1), so a lock row naming this process's id that this process never took is a
+    dead process's: it is taken over (its run marked abandoned), not waited on forever."""
+    import os
+    import socket
+
+    run_id = _leftover_lock(loaded, f"{socket.gethostname()}:{os.getpid()}")
     holder = store.acquire_lock(loaded, "nightly")
     assert store.get_run(loaded, run_id)["status"] == "failed"
     assert "abandoned" in store.get_run(loaded, run_id)["error"]
