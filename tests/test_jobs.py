@@ -109,7 +109,12 @@ def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(
     import time
 
     env, home = job_env
-    proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=_default_stop_signals,  # noqa: PLW1509 - no threads start before exec
+    )
     db = home / "adseg.db"
     deadline = time.monotonic() + 120
     running = False
@@ -132,6 +137,16 @@ def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", error)]
         assert conn.execute("SELECT count(*) FROM run_locks").fetchone() == (0,)
+
+
+def _default_stop_signals() -> None:
+    """In the script's process: SIGINT, SIGTERM and SIGHUP at their defaults, as a scheduler
+    starts it. A shell started with a signal ignored cannot trap it (POSIX), and a test run
+    under `nohup` or as a background job (`&`) would pass SIGHUP or SIGINT on ignored."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def test_nightly_job_empty_inbox_runs_on_the_data_already_in_the_database(job_env, tmp_path):
