@@ -38,6 +38,7 @@ _URL_PATTERN = re.compile(
     """,
     re.X,
 )
+_NOT_A_URL = "database URL is not a valid SQLAlchemy URL ({})."
 _AT_IN_PASSWORD = (
     "database URL: an '@' follows the user:password part (a password with an unescaped '@'?): "
     "percent-encode '@' in the password as %40, e.g. user:pa%40ss@host, not user:pa@ss@host."
@@ -50,7 +51,7 @@ def database_url(flag: str | None = None) -> str:
     # never echo the URL itself: it may hold a password (mask_url's form only)
     parts = _URL_PATTERN.match(url)
     if parts is None:
-        raise ValueError("database URL is not a valid SQLAlchemy URL (ArgumentError).")
+        raise ValueError(_NOT_A_URL.format("ArgumentError"))
     if _misplaced_at(parts):
         raise ValueError(_AT_IN_PASSWORD)
     port = parts["port"]
@@ -61,9 +62,7 @@ def database_url(flag: str | None = None) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
-        raise ValueError(
-            f"database URL is not a valid SQLAlchemy URL ({exc.__class__.__name__})."
-        ) from None
+        raise ValueError(_NOT_A_URL.format(exc.__class__.__name__)) from None
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ValueError(

@@ -365,14 +365,18 @@ def _text(series: pd.Series) -> pd.Series:
     return series.astype(object).where(series.notna(), "").astype(str).str.strip()
 
 
+def _id_lengths(ids: pd.Series) -> np.ndarray:
+    return ids.astype(str).str.len().to_numpy()
+
+
 def _id_ok(ids: pd.Series) -> np.ndarray:
     """(n,) bool: ids that pass _check_id (present and not too long)."""
-    lengths = ids.astype(str).str.len().to_numpy()
+    lengths = _id_lengths(ids)
     return (lengths > 0) & (lengths <= MAX_ID_LENGTH)
 
 
 def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
-    lengths = ids.str.len().to_numpy()
+    lengths = _id_lengths(ids)
     return _rows_problem(file, lengths == 0, f"{column} is empty") + _rows_problem(
         file, lengths > MAX_ID_LENGTH, f"{column} longer than {MAX_ID_LENGTH} characters"
     )

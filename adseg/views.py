@@ -327,8 +327,11 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
 
 
 def _is_complete(adjacency: np.ndarray, nodes: np.ndarray) -> bool:
-    """Whether every pair of ``nodes`` is linked (an (n_nodes, n_nodes) boolean temporary)."""
-    return bool((adjacency[np.ix_(nodes, nodes)] != 0).all())
+    """Whether every pair of ``nodes`` is linked, for ``nodes`` = those with an edge (their edges
+    all stay among them): each links the other n_nodes − 1. Counts nonzeros per row (an (n, n)
+    boolean temporary, not a float64 copy of the subgraph)."""
+    links = np.count_nonzero(adjacency, axis=1) - (np.diag(adjacency) != 0)
+    return bool((links[nodes] == nodes.size - 1).all())
 
 
 def _bethe_hessian_count(adjacency: np.ndarray) -> int:
