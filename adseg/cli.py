@@ -33,6 +33,7 @@ from adseg.interrupts import (
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, the database server cannot be reached; retry
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
 
 app = typer.Typer(
@@ -121,9 +122,7 @@ def handle_errors(fn: Callable) -> Callable:
                 [str(p) for p in exc.problems],
             )
         except DatabaseError as exc:
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            hint = _DATABASE_HINTS.get(reason)
-            _fail(f"database error: {reason}{hint or ''}", EXIT_BAD_INPUT if hint else EXIT_FAILED)
+            _fail(*_database_failure(exc))
         except ValueError as exc:
             if (run_id := getattr(exc, "failed_run_id", None)) is not None:
                 _fail(f"run {run_id} failed: {exc}", EXIT_FAILED)  # its row says so too
@@ -142,6 +141,30 @@ _DATABASE_HINTS = {  # SQLite's messages for a database file the user must fix (
     "attempt to write a readonly database": " (the database file or its folder is read-only)",
     "unable to open database file": " (check the --database-url path and its permissions)",
 }
+
+
+_UNREACHABLE = (  # psycopg's messages when no database session could be opened
+    "connection failed:",
+    "failed to resolve host",
+    "connection timeout expired",
+    "could not connect",
+    "server closed the connection",
+)
+
+
+def _database_failure(exc) -> tuple[str, int]:
+    """(message, exit code) for a database error. A server that cannot be reached is temporary
+    (75: retry later); one that refuses us (wrong password, no such database or role) or an SQLite
+    file that is not usable is configuration (2); anything else is a failure (1)."""
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+    message = f"database error: {reason}"
+    if hint := _DATABASE_HINTS.get(reason):
+        return message + hint, EXIT_BAD_INPUT
+    if reason.startswith(_UNREACHABLE):
+        if "FATAL:" in reason:  # the server answered and refused the session
+            return message + " (check the user, password and database of the URL)", EXIT_BAD_INPUT
+        return message + " (is the server running and reachable? retry later)", EXIT_TEMPFAIL
+    return message, EXIT_FAILED
 
 
 def _fail(message: str, code: int, details: list[str] | None = None) -> None:
@@ -420,8 +443,6 @@ def sample_generate(
 
 # --- the pipeline ---------------------------------------------------------------------------
 
-EXIT_LOCKED = 75  # EX_TEMPFAIL: a scheduler may retry later
-
 _WINDOWS_HELP = (
     "Give all four window dates or none (default: the last 14 days in the database, 7 + 7; "
     "fewer days are split in half)."
@@ -551,7 +572,7 @@ def nightly(
     try:
         result = run_nightly(engine, windows, config, progress)
     except RunLockedError as exc:
-        _fail(str(exc), EXIT_LOCKED)
+        _fail(str(exc), EXIT_TEMPFAIL)
     except (ValueError, FileNotFoundError, DatabaseError):
         raise  # bad data or an unwritable database: handle_errors gives the reason and code
     except Exception as exc:  # the run row has the error; the job needs a code and a line
@@ -614,10 +635,14 @@ def print_nightly(result, windows) -> None:
         out.print(table)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
     out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
-    if result.fusers_left_out:
-        names = ", ".join(result.fusers_left_out)
+    _print_left_out(result.fusers_left_out)
+
+
+def _print_left_out(fusers: list[str]) -> None:
+    """Say which fusers the default set left out for the run's size (nightly, segment)."""
+    if fusers:
         out.print(
-            f"left out of the default fusers at this size (cost ~ n³): {names}; "
+            f"left out of the default fusers at this size (cost ~ n³): {', '.join(fusers)}; "
             "name them with --fuser to run them",
             markup=False,
         )
@@ -663,7 +688,7 @@ def views_command(
     try:
         run_id, views = run_views(engine, windows, config, progress)
     except RunLockedError as exc:
-        _fail(str(exc), EXIT_LOCKED)
+        _fail(str(exc), EXIT_TEMPFAIL)
     if quiet:
         return
     out.print(
@@ -717,7 +742,8 @@ def segment_command(
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
-    """Fuse a run's base clusterings (again) and store the segments of each fuser."""
+    """Segment a run again from its base clusterings: each fuser's consensus and the single-view
+    sources (win_rate, ecpm, text), at the chosen number of segments."""
     from adseg.pipeline import NightlyConfig, run_segment
     from adseg.store.results import RunLockedError, RunNotFoundError
 
@@ -731,14 +757,15 @@ def segment_command(
     try:
         done = run_segment(engine, run, config)
     except RunLockedError as exc:
-        _fail(str(exc), EXIT_LOCKED)
+        _fail(str(exc), EXIT_TEMPFAIL)
     except RunNotFoundError as exc:
         raise CliError(str(exc)) from None
     if not quiet:
-        for name, labels in done["segments"].items():
-            out.print(f"{name}: {len(set(labels.tolist()))} segments", markup=False)
-        for name, error in done["errors"].items():
-            err.print(f"warning: {name} failed: {error}", markup=False)
+        for name, labels in (done["segments"] | done["single_view"]).items():
+            out.print(f"{name}: {len(set(labels[labels >= 0].tolist()))} segments", markup=False)
+        _print_left_out(done["left_out"])
+    for name, error in done["errors"].items():
+        err.print(f"warning: {name} failed: {error}", markup=False)
     if done["unscored"]:
         err.print(
             f"note: the forecasts and scores of {', '.join(done['unscored'])} in run {run} were "
@@ -770,7 +797,7 @@ def forecast_command(
     try:
         result = run_forecast(engine, run, NightlyConfig(seed=seed, supply=supply))
     except RunLockedError as exc:
-        _fail(str(exc), EXIT_LOCKED)
+        _fail(str(exc), EXIT_TEMPFAIL)
     except RunNotFoundError as exc:
         raise CliError(str(exc)) from None
     if not quiet:

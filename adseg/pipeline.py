@@ -671,50 +671,96 @@ def run_views(
 
 
 def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
-    """Run ``work()`` (which writes its own results in one transaction) on an existing completed
-    run under the nightly lock, recording the stage's time in the run row."""
+    """Run ``work(run) -> (result, parameters)`` on an existing completed run under the nightly
+    lock. ``work`` writes its own results in one transaction; the stage's time goes into the run's
+    timings and ``parameters`` (None: unchanged) into its parameters."""
     run = store.get_run(engine, run_id)
     if run["status"] != "completed":
         raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
     holder = store.acquire_lock(engine, "nightly")
     try:
         t0 = time.perf_counter()
-        out = work(run)
+        out, parameters = work(run)
         timings = dict(run["timings"])
         timings[stage] = round(time.perf_counter() - t0, 3)
-        store.set_timings(engine, run_id, timings)
+        store.set_timings(engine, run_id, timings, parameters)
         return out
     finally:
         store.release_lock(engine, "nightly", holder)
 
 
+def _run_windows(run: dict) -> Windows:
+    """The windows a stored run was made with."""
+    w = run["windows"]
+    if None in w["eval"]:
+        raise ValueError(f"run {run['run_id']} has no evaluation window.")
+    return Windows(*(dt.date.fromisoformat(d) for d in (*w["train"], *w["eval"])))
+
+
 def run_segment(
     engine: Engine, run_id: int, config: NightlyConfig, progress: Progress | None = None
-) -> dict[str, np.ndarray]:
-    """Fuse a run's stored base clusterings again, replacing those sources' segments and
-    deleting their forecasts and scores (made with the old segments); ``"unscored"`` in the
-    result lists the sources that had some."""
+) -> dict:
+    """Segment a run again from its stored base clusterings: the fusers' consensus and the
+    single-view sources (win_rate, ecpm, text), as the nightly makes them, at the chosen number of
+    segments. Those sources' segments are replaced and their forecasts and scores (made with the
+    old segments) deleted; ``"unscored"`` in the result lists the sources that had some.
+
+    The single-view sources attach advertisers left out of a KS view by their training-window
+    samples (:func:`attach_excluded`), read again: one auction query over the training window.
+    The run's parameters record the fusers and the resolved number of segments, as a nightly's do.
+    """
 
     def work(run):
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
-        names, _ = fusers_for_size(config, labels.shape[0])
+        names, left_out = fusers_for_size(config, labels.shape[0])
         fused, _, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
-        unscored = store.write_segments(engine, run_id, ids, fused)
-        return {"segments": fused, "n_segments": k, "errors": errors, "unscored": unscored}
+        train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
+        win, cost = reads.price_samples(engine, ids, train_start, train_end)
+        segmentations = single_view_segmentations(
+            labels, columns, k, config.single_view_alpha, {"win_rate": win, "ecpm_cost": cost}
+        )
+        segmentations.update(fused)
+        unscored = store.write_segments(engine, run_id, ids, segmentations)
+        parameters = _segment_parameters(run["parameters"] or {}, config, list(fused), k)
+        parameters["resolved"] |= {"fuser_errors": errors, "fusers_left_out": left_out}
+        out = {
+            "segments": fused,
+            "single_view": {s: v for s, v in segmentations.items() if s not in fused},
+            "n_segments": k,
+            "errors": errors,
+            "left_out": left_out,
+            "unscored": unscored,
+        }
+        return out, parameters
 
     return _stage_on_run(engine, run_id, "segment", work)
+
+
+def _segment_parameters(stored: dict, config: NightlyConfig, fused: list[str], k: int) -> dict:
+    """A run's parameters after ``adseg segment``: the fusers whose segments it now holds (those
+    kept from before, then the new), a primary fuser among them, the new number of segments; truth
+    ARIs of replaced segmentations are dropped (they scored the old segments)."""
+    fusers = list(dict.fromkeys([*(stored.get("fusers") or []), *fused]))
+    primary = stored.get("primary_fuser")
+    resolved = dict(stored.get("resolved") or {})
+    if resolved.get("truth_ari"):
+        replaced = set(fused) | set(SINGLE_VIEW_SOURCES)
+        kept = {s: v for s, v in resolved["truth_ari"].items() if s not in replaced}
+        resolved["truth_ari"] = kept
+    return {
+        "fusers": fusers,
+        "primary_fuser": primary if primary in fusers else config.primary_fuser,
+        "n_segments": config.n_segments,
+        "resolved": resolved | {"n_segments": k},
+    }
 
 
 def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
     """Regenerate, forecast and score every stored segmentation of a run (replacing results)."""
 
     def work(run):
-        w = run["windows"]
-        if None in w["eval"]:
-            raise ValueError(f"run {run_id} has no evaluation window.")
-        windows = Windows(*(dt.date.fromisoformat(d) for d in (*w["train"], *w["eval"])))
-        data = pull(engine, windows)
+        data = pull(engine, _run_windows(run))
         stored = store.read_segments(engine, run_id)
         if not stored:
             raise ValueError(
@@ -726,7 +772,7 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result
+        return result, {"supply": config.supply}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

@@ -302,13 +302,16 @@ def test_single_stages_from_the_cli(loaded, db_url):
         app, ["segment", "--run", str(run_id), "--fuser", "l2", "--database-url", db_url]
     )
     assert res.exit_code == 0, res.output
-    assert set(store.read_segments(loaded, run_id)) == {"l2"}
+    assert set(store.read_segments(loaded, run_id)) == {"l2", "win_rate", "ecpm", "text"}
+    params = store.get_run(loaded, run_id)["parameters"]
+    assert params["fusers"] == ["l2"] and params["primary_fuser"] == "l2"
+    assert params["resolved"]["n_segments"] == store.read_segments(loaded, run_id)["l2"].nunique()
     res = runner.invoke(
         app, ["forecast", "--run", str(run_id), "--supply", "actual", "--database-url", db_url]
     )
     assert res.exit_code == 0, res.output
     mape = store.read_forecast_results(loaded, run_id)["mape"]
-    assert {"l2", "own", "global"} <= set(mape["source"])
+    assert {"l2", "win_rate", "ecpm", "text", "own", "global"} <= set(mape["source"])
     assert store.get_run(loaded, run_id)["timings"].keys() >= {"views", "segment", "forecast"}
     res = runner.invoke(app, ["report", "--run", str(run_id), "--database-url", db_url])
     assert res.exit_code == 0 and json.loads(res.stdout)["run_id"] == run_id
@@ -320,11 +323,31 @@ def test_single_stages_from_the_cli(loaded, db_url):
     )
     assert res.exit_code == 0 and f"`adseg forecast --run {run_id}`" in res.output
     after = store.read_forecast_results(loaded, run_id)
-    assert "l2" not in set(after["mape"]["source"]) and "own" in set(after["mape"]["source"])
+    assert not {"l2", "win_rate", "text"} & set(after["mape"]["source"])
+    assert "own" in set(after["mape"]["source"])
     assert "l2" not in set(after["forecasts"]["source"])
     assert store.read_segments(loaded, run_id)["l2"].nunique() == 3
     res = runner.invoke(app, ["segment", "--run", "999", "--database-url", db_url])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_segment_remakes_the_nightlys_single_view_sources(loaded, market_dir):
+    """`adseg segment` on a nightly run with the nightly's settings gives back the very segments
+    the nightly stored for every source, single-view ones included (their excluded advertisers
+    attached by the same samples), and keeps the run's parameters."""
+    config = _config(market_dir, truth_path=None)
+    result = pipeline.run_nightly(loaded, config=config)
+    before = store.read_segments(loaded, result.run_id)
+    params_before = store.get_run(loaded, result.run_id)["parameters"]
+    done = pipeline.run_segment(loaded, result.run_id, config)
+    after = store.read_segments(loaded, result.run_id)
+    assert set(after) == set(before) == {*FAST_FUSERS, "win_rate", "ecpm", "text"}
+    for source in before:
+        pd.testing.assert_series_equal(after[source], before[source], obj=source)
+    assert sorted(done["unscored"]) == sorted(before)
+    params = store.get_run(loaded, result.run_id)["parameters"]
+    assert params["fusers"] == params_before["fusers"] == list(FAST_FUSERS)
+    assert params["resolved"]["n_segments"] == params_before["resolved"]["n_segments"]
 
 
 def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tmp_path):

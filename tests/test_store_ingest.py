@@ -433,6 +433,44 @@ def test_a_file_that_is_not_a_database_is_named_not_a_traceback(tmp_path):
     assert bogus.read_text(encoding="utf-8") == "these are my notes\n"
 
 
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_server_that_cannot_be_reached_exits_75_to_retry_later():
+    """No server listens: a scheduler should retry (75), not page about a failed run (1)."""
+    url = f"postgresql+psycopg://adseg:s3cret@127.0.0.1:{_unused_port()}/adseg"
+    for command in (["db", "summary"], ["nightly"], ["runs"]):
+        result = runner.invoke(app, [*command, "--database-url", url])
+        assert result.exit_code == 75, result.output
+        assert "Connection refused (is the server running and reachable? retry later)" in (
+            result.output
+        )
+        assert "s3cret" not in result.output and "run " not in result.output
+
+
+def test_a_server_that_refuses_the_session_is_a_configuration_error(db_url):
+    """Wrong password or no such database: exit 2 with what to check, never the password."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("a PostgreSQL server is needed")
+    from sqlalchemy.engine import make_url
+
+    good = make_url(db_url)
+    for url in (good.set(password="not-the-password"), good.set(database="no_such_database")):
+        result = runner.invoke(
+            app, ["db", "summary", "--database-url", url.render_as_string(hide_password=False)]
+        )
+        assert result.exit_code == 2, result.output
+        assert "FATAL" in result.output and "(check the user, password and database" in (
+            result.output
+        )
+        assert "not-the-password" not in result.output
+
+
 def test_run_ids_beyond_the_integer_range_are_usage_errors(db_url):
     assert runner.invoke(app, ["db", "upgrade", "--database-url", db_url]).exit_code == 0
     for command in (["report", "--run"], ["segment", "--run"], ["runs", "--limit"]):

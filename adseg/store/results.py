@@ -71,9 +71,17 @@ def create_run(
         ).scalar_one()
 
 
-def set_timings(engine: Engine, run_id: int, timings: dict[str, float]) -> None:
+def set_timings(
+    engine: Engine, run_id: int, timings: dict[str, float], parameters: dict | None = None
+) -> None:
+    """Replace a completed run's timings after a single stage (``adseg segment``/``forecast``);
+    ``parameters`` (what the stage ran with) are merged into the run's parameters, key by key."""
     with engine.begin() as conn:
-        conn.execute(update(Run).where(Run.run_id == run_id).values(timings=_jsonable(timings)))
+        values: dict[str, Any] = {"timings": _jsonable(timings)}
+        if parameters:
+            stored = conn.scalar(select(Run.parameters).where(Run.run_id == run_id)) or {}
+            values["parameters"] = {**stored, **_jsonable(parameters)}
+        conn.execute(update(Run).where(Run.run_id == run_id).values(**values))
 
 
 def complete_run(
