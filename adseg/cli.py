@@ -11,6 +11,7 @@ import functools
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -282,6 +283,7 @@ def db_unlock(
         ),
     ] = False,
     database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
 ) -> None:
     """Clear the nightly lock a stopped process left behind (its run is marked failed).
 
@@ -295,6 +297,8 @@ def db_unlock(
         cleared = clear_lock(engine, "nightly", force=force)
     except RunLockedError as exc:
         raise CliError(str(exc)) from None
+    if quiet:
+        return
     if cleared is None:
         out.print("the nightly lock is not held", markup=False)
         return
@@ -674,8 +678,10 @@ def views_command(
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
-    """Build the base clusterings of every view for a window (a run of kind 'views') and print
-    the paper's Table 4 (clusters per view and α) and Table 5 (win-rate/eCPM consistency)."""
+    """Build the base clusterings of every view for a window; print the paper's Tables 4 and 5.
+
+    The clusterings are stored as a run of kind 'views' (for `adseg segment --run`). Table 4:
+    clusters per view and α; Table 5: win-rate/eCPM consistency."""
     from adseg.pipeline import NightlyConfig, run_views
     from adseg.store.results import RunLockedError
     from adseg.views import clusters_per_view, view_consistency
@@ -742,8 +748,10 @@ def segment_command(
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
-    """Segment a run again from its base clusterings: each fuser's consensus and the single-view
-    sources (win_rate, ecpm, text), at the chosen number of segments."""
+    """Segment a run again from its stored base clusterings (other fusers, other K).
+
+    Makes each fuser's consensus and the single-view sources (win_rate, ecpm, text) at the chosen
+    number of segments; `adseg forecast --run` scores them."""
     from adseg.pipeline import NightlyConfig, run_segment
     from adseg.store.results import RunLockedError, RunNotFoundError
 
@@ -814,16 +822,23 @@ def report(
         int | None,
         typer.Option("--run", help="Run id (default: the latest with forecasts).", **RUN_ID),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="html | json | csv")] = "json",
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help="html | json | csv (default: from the --output suffix, else json)."
+        ),
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File (default: stdout).")
     ] = None,
     database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
 ) -> None:
     """Render a run's report (HTML for analysts, JSON for machines, CSV of forecasts)."""
     from adseg.store.results import RunNotFoundError, latest_completed_run
 
-    if fmt not in ("html", "json", "csv"):
+    fmt = fmt or _format_of(output)
+    if fmt not in REPORT_FORMATS.values():
         raise CliError(f"--format must be html, json or csv; got {fmt!r}")
     _check_output(output, "--output")
     engine = _engine(database_url_)
@@ -834,9 +849,19 @@ def report(
             sys.stdout.write(_render_report(engine, run_id, fmt))
         else:
             _write_report(engine, run_id, fmt, output)
-            err.print(f"wrote {fmt} report of run {run_id} to {output}", markup=False)
+            if not quiet:
+                err.print(f"wrote {fmt} report of run {run_id} to {output}", markup=False)
     except RunNotFoundError as exc:
         raise CliError(str(exc)) from None
+
+
+REPORT_FORMATS = {".html": "html", ".htm": "html", ".json": "json", ".csv": "csv"}
+
+
+def _format_of(output: Path | None) -> str:
+    """The report format an output file's suffix names (report.HTML → html); json otherwise."""
+    suffix = output.suffix.lower() if output is not None else ""
+    return REPORT_FORMATS.get(suffix, "json")
 
 
 def _render_report(engine, run_id: int, fmt: str) -> str:
@@ -892,8 +917,16 @@ def _write_atomic(path: Path, text: str) -> None:
     given, path = path, Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
+    # a file rewritten keeps its permissions (a 0640 report stays 0640); its new text is never
+    # readable by more users than the old file's while it is written
+    mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else None
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # a leftover of a crash keeps its own mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            stream.write(text)
         tmp.replace(path)
     except OSError as exc:  # name the file the user gave, not the temporary one
         raise OSError(exc.errno, exc.strerror, str(given)) from exc
@@ -1019,7 +1052,8 @@ def bench_consensus(
             progress=progress,
         )
     table = format_table2(frame)
-    out.print(table, markup=False)
+    if not quiet:
+        out.print(table, markup=False)
     if output is not None:
         _write_atomic(output, table + "\n")
 
@@ -1038,11 +1072,11 @@ def entry_point(args: list[str] | None = None) -> None:
     try:
         result = app(args=args, prog_name="adseg", standalone_mode=False)
     except usage_error as exc:
-        if exc.ctx is None or type(exc).__name__ == "NoArgsIsHelpError":
-            exc.show()  # nothing to point at, or the help text itself
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # the help text itself
         else:
-            help_hint = f" (see '{exc.ctx.command_path} --help')"
-            err.print(f"error: {exc.format_message()}{help_hint}", markup=False)
+            path = exc.ctx.command_path if exc.ctx else _command_path(args)
+            err.print(f"error: {exc.format_message()} (see '{path} --help')", markup=False)
         sys.exit(exc.exit_code)
     except click_exception as exc:
         exc.show()
@@ -1051,6 +1085,18 @@ def entry_point(args: list[str] | None = None) -> None:
         err.print("error: aborted", markup=False)
         sys.exit(EXIT_FAILED)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _command_path(args: list[str] | None) -> str:
+    """'adseg' and the (sub)command names that lead ``args`` (default: the process's): for a usage
+    error that click raises before it has a context to name (an option missing its value)."""
+    command, path = typer.main.get_command(app), ["adseg"]
+    for word in sys.argv[1:] if args is None else args:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command, path = sub, [*path, word]
+    return " ".join(path)
 
 
 def _click_exceptions() -> tuple[type, type]:

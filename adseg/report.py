@@ -276,7 +276,7 @@ def render_json(data: ReportData) -> str:
         "clusters_per_view": _records(data.clusters_per_view),
     }
     assert tuple(doc) == JSON_TOP_LEVEL_KEYS
-    return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False)
+    return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,7 +573,7 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
             _table(pd.DataFrame({"stage": list(timings), "seconds": list(timings.values())}))
         )
     parts.append("</body></html>")
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n"
 
 
 def _worst_table(data: ReportData, source: str, n_worst: int) -> str:

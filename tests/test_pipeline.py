@@ -212,6 +212,30 @@ def test_reports_from_the_cli(loaded, market_dir, db_url, tmp_path):
     res = runner.invoke(app, ["report", "--database-url", db_url, "--format", "csv"])
     assert res.exit_code == 0
     assert res.stdout.splitlines()[0].startswith("advertiser_id")
+    for fmt in ("json", "html", "csv"):  # every format ends its last line, as text files do
+        res = runner.invoke(app, ["report", "--database-url", db_url, "--format", fmt])
+        assert res.stdout.endswith("\n") and not res.stdout.endswith("\n\n"), fmt
+
+
+def test_report_format_follows_the_output_suffix_and_a_rewrite_keeps_the_mode(
+    loaded, market_dir, db_url, tmp_path
+):
+    pipeline.run_nightly(loaded, config=_config(market_dir, supply="actual"))
+    for name, first in (("r.HTML", "<!DOCTYPE html>"), ("r.csv", "advertiser_id"), ("r.x", "{")):
+        res = runner.invoke(app, ["report", "--database-url", db_url, "-o", str(tmp_path / name)])
+        assert res.exit_code == 0 and "wrote" in res.output, res.output
+        assert (tmp_path / name).read_text(encoding="utf-8").startswith(first), name
+    # --format wins over the suffix; --quiet says nothing; the file keeps its 0640
+    target = tmp_path / "r.html"
+    target.write_text("old", encoding="utf-8")
+    target.chmod(0o640)
+    res = runner.invoke(
+        app, ["report", "--database-url", db_url, "--format", "json", "-o", str(target), "-q"]
+    )
+    assert res.exit_code == 0 and res.output == ""
+    assert json.loads(target.read_text(encoding="utf-8"))["status"] == "completed"
+    assert oct(target.stat().st_mode & 0o777) == oct(0o640)
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
@@ -542,6 +566,11 @@ def test_warnings_reach_the_user_as_one_line(loaded, db_url):
         (["nightly", "--bogus"], "error: No such option: --bogus"),
         (["nightly", "--segments", "abc"], "error: Invalid value for '--segments'"),
         (["frobnicate"], "error: No such command 'frobnicate'."),
+        (
+            ["report", "--format"],
+            "error: Option '--format' requires an argument. (see 'adseg report",
+        ),
+        (["db", "summary", "--database-url"], "error: Option '--database-url' requires an argu"),
     ],
 )
 def test_usage_errors_are_one_line_from_the_installed_command(args, message):
@@ -738,8 +767,8 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     store.acquire_lock(loaded, "nightly")  # this very (live) process
     res = unlock()
     assert res.exit_code == 2 and "still exists" in res.output and "--force" in res.output
-    res = unlock("--force")  # its id may belong to another program now: the operator decides
-    assert res.exit_code == 0 and store.lock_holder(loaded) is None
+    res = unlock("--force", "--quiet")  # its id may belong to another program now: you decide
+    assert res.exit_code == 0 and store.lock_holder(loaded) is None and res.output == ""
 
     run_id = _leftover_lock(loaded, f"not-{socket.gethostname()}:{os.getpid()}")
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
