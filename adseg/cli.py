@@ -606,6 +606,15 @@ def print_nightly(result, windows) -> None:
         f"run {result.run_id}: train {windows.train_start}..{windows.train_end}, "
         f"evaluate {windows.eval_start}..{windows.eval_end}, {result.n_segments} segments"
     )
+    _print_mape_tables(mape, result.truth_ari)
+    stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
+    out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
+    _print_left_out(result.fusers_left_out)
+
+
+def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
+    """One table per supply mode: each source's impressions and spend MAPE by method, its
+    segment and advertiser counts, and (when given) its ARI against the true segments."""
     for mode in [m for m in ("actual", "forecast") if m in set(mape["supply_mode"])]:
         table = Table(title=f"MAPE by segmentation source (supply: {mode})")
         table.add_column("source")
@@ -616,7 +625,7 @@ def print_nightly(result, windows) -> None:
             table.add_column(f"spend{suffix}", justify="right")
         table.add_column("segments", justify="right")
         table.add_column("advertisers", justify="right")
-        if result.truth_ari:
+        if truth_ari:
             table.add_column("ARI vs truth", justify="right")
         sub = mape[mape["supply_mode"] == mode]
         for source in dict.fromkeys(sub["source"]):
@@ -632,14 +641,11 @@ def print_nightly(result, windows) -> None:
                     cells += ["", ""]
             first = rows.iloc[0]
             extra = [str(int(first["n_segments"])), str(int(first["n_advertisers"]))]
-            if result.truth_ari:
-                ari_value = result.truth_ari.get(source)
+            if truth_ari:
+                ari_value = truth_ari.get(source)
                 extra.append("" if ari_value is None else f"{ari_value:.3f}")
             table.add_row(source, *cells, *extra)
         out.print(table)
-    stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
-    out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
-    _print_left_out(result.fusers_left_out)
 
 
 def _print_left_out(fusers: list[str]) -> None:
@@ -809,10 +815,8 @@ def forecast_command(
     except RunNotFoundError as exc:
         raise CliError(str(exc)) from None
     if not quiet:
-        cols = ["source", "supply_mode", "method", "impressions_mape", "spend_mape", "n_segments"]
-        _print_frame(
-            result.mape[cols], f"MAPE, run {run}", percent=("impressions_mape", "spend_mape")
-        )
+        out.print(f"run {run}: every stored segmentation forecast and scored again")
+        _print_mape_tables(result.mape)
 
 
 @app.command("report")
