@@ -850,7 +850,7 @@ def report(
     try:
         run_id = run if run is not None else latest_completed_run(engine, with_forecasts=True)
         if output is None:
-            sys.stdout.write(_render_report(engine, run_id, fmt))
+            _write_stdout(_render_report(engine, run_id, fmt))
         else:
             _write_report(engine, run_id, fmt, output)
             if not quiet:
@@ -965,9 +965,29 @@ def _write_descriptor(fd: int, text: str) -> None:
     """All of ``text`` (UTF-8) to ``fd`` after what Python has buffered for stdout and stderr."""
     sys.stdout.flush()
     sys.stderr.flush()
+    _write_all(functools.partial(os.write, fd), text)
+
+
+def _write_stdout(text: str) -> None:
+    """All of ``text`` (UTF-8) to standard output. ``sys.stdout.write`` is not enough: with
+    PYTHONUNBUFFERED=1 (common in containers) it sits on the raw file, whose short writes it
+    drops, so a report piped to a reader that quits early (`| head`) lost its tail and exited 0
+    instead of 141 — and a short write for any other reason would lose data silently."""
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:  # a text-only stream (an embedding application's)
+        sys.stdout.write(text)
+        return
+    _write_all(binary.write, text)
+    binary.flush()
+
+
+def _write_all(write: Callable[[memoryview], int | None], text: str) -> None:
+    """``text`` as UTF-8 through ``write`` (os.write, a raw or buffered file's write), repeated
+    until every byte is taken: a short write is retried with the rest, never dropped."""
     data = memoryview(text.encode("utf-8"))
     while data:
-        data = data[os.write(fd, data) :]
+        data = data[write(data) or 0 :]
 
 
 @app.command("runs")

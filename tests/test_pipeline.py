@@ -735,9 +735,12 @@ def test_report_defaults_to_the_latest_run_with_forecasts(loaded, market_dir, db
     assert doc["run_id"] == first.run_id and doc["sources"]
 
 
-def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db_url):
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db_url, unbuffered):
     """`adseg report --format csv | head -1`: no traceback, no 'error', status 141 (SIGPIPE's),
-    not 1 (which means a failed run)."""
+    not 1 (which means a failed run). With PYTHONUNBUFFERED=1 too, where the reader leaving in
+    the middle of the (larger than a pipe) report used to cut it short silently with status 0."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -747,10 +750,39 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
     run_id = pipeline.run_nightly(loaded, config=_config(market_dir)).run_id
     adseg = Path(sys.executable).parent / "adseg"
     cmd = [str(adseg), "report", "--run", str(run_id), "--format", "csv", "--database-url", db_url]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()  # the reader leaves before the report is written (pipe sizes vary)
-    assert proc.wait(timeout=120) == 141
-    assert proc.stderr.read() == b""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    for read_first in (0, 100):  # the reader leaves before the report / in the middle of it
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert len(proc.stdout.read(read_first)) == read_first
+        proc.stdout.close()
+        assert proc.wait(timeout=120) == 141, read_first
+        assert proc.stderr.read() == b""
+
+
+def test_stdout_writes_retry_short_writes(monkeypatch):
+    """A raw stdout (PYTHONUNBUFFERED=1) may take part of a write; the rest is written, not
+    dropped."""
+    import io
+
+    from adseg import cli
+
+    class ShortWrites(io.RawIOBase):
+        def __init__(self):
+            self.taken = bytearray()
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.taken += bytes(data[:7])
+            return min(7, len(data))
+
+    raw = ShortWrites()
+    monkeypatch.setattr(cli.sys, "stdout", io.TextIOWrapper(raw, write_through=True))
+    cli._write_stdout("ünïcode report\n" * 50)
+    assert raw.taken.decode("utf-8") == "ünïcode report\n" * 50
 
 
 def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
