@@ -98,13 +98,15 @@ def kmeans_ensembles(
     n_clusters: int,
     seed: int,
     shuffle: bool = True,
+    init: str = "k-means++",
 ) -> list[Ensemble]:
     """``n_repetitions`` ensembles of ``size`` k-means runs each (different seeds per run), e.g.
-    200 runs split 10 × 20, or 40 runs × 10 repetitions. Items are shuffled per repetition."""
+    200 runs split 10 × 20, or 40 runs × 10 repetitions. Items are shuffled per repetition.
+    ``init`` is k-means' initialisation (``adseg.ensemble.kmeans_ensemble``)."""
     out = []
     for r in range(n_repetitions):
         rep_seed = seed + r
-        labels = kmeans_ensemble(X, size, n_clusters, random_state=rep_seed)
+        labels = kmeans_ensemble(X, size, n_clusters, random_state=rep_seed, init=init)
         yy, ll, _ = shuffle_items(y, labels, rep_seed if shuffle else None)
         out.append(Ensemble(r, ll, yy, rep_seed))
     return out

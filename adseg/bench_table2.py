@@ -122,13 +122,21 @@ def table2_ensembles(
     n_clusterings: int = 40,
     seed: int = 0,
     preprocessing: str = "raw",
+    kmeans_init: str = "k-means++",
 ) -> tuple[list[Ensemble], int]:
     """The base clusterings of one set: ``n_repetitions`` ensembles of ``n_clusterings`` k-means
-    runs, items shuffled with seed + repetition. Returns (ensembles, n_classes)."""
+    runs (initialised by ``kmeans_init``: "k-means++" or "random"), items shuffled with
+    seed + repetition. Returns (ensembles, n_classes)."""
     X, y = load_table2_features(name, preprocessing, seed)
     k = int(np.unique(y).size)
     ens = kmeans_ensembles(
-        X, y, n_repetitions=n_repetitions, size=n_clusterings, n_clusters=k, seed=seed
+        X,
+        y,
+        n_repetitions=n_repetitions,
+        size=n_clusterings,
+        n_clusters=k,
+        seed=seed,
+        init=kmeans_init,
     )
     return ens, k
 
@@ -142,6 +150,7 @@ def run_table2(
     methods: Mapping[str, FuserFactory] | None = None,
     progress: Callable[[str], None] | None = None,
     external: Callable[[list[Ensemble], int], pd.DataFrame] | None = None,
+    kmeans_init: str = "k-means++",
 ) -> pd.DataFrame:
     """Run the Table 2 protocol.
 
@@ -153,6 +162,7 @@ def run_table2(
     preprocessing : "raw", "standardized", or several of them.
     methods : name → factory(n_clusters, seed) of fusers; default ``default_methods()``.
     progress : optional callback receiving one line per finished (set, preprocessing).
+    kmeans_init : "k-means++" (default) or "random", the base k-means runs' initialisation.
     external : optional callback (ensembles, n_clusters) → frame with the columns of
         ``adseg.bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods
         run outside this process on the very same base clusterings (the peer library).
@@ -174,6 +184,7 @@ def run_table2(
                 n_clusterings=n_clusterings,
                 seed=seed,
                 preprocessing=prep,
+                kmeans_init=kmeans_init,
             )
             frame = evaluate(ens, methods, k)
             if external is not None:

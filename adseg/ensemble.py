@@ -6,13 +6,19 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
+KMEANS_INITS = ("k-means++", "random")
 
-def kmeans_ensemble(X, n_clusterings: int, n_clusters: int, random_state=None) -> np.ndarray:
-    """n_clusterings k-means runs (one k-means++ start each, each with its own seed drawn from
+
+def kmeans_ensemble(
+    X, n_clusterings: int, n_clusters: int, random_state=None, *, init: str = "k-means++"
+) -> np.ndarray:
+    """n_clusterings k-means runs (one start each, each with its own seed drawn from
     random_state) → labels of shape (n_items, n_clusterings). X may be dense or scipy-sparse.
 
-    Cost: n_clusterings × O(n d k iters)."""
-    return _ensemble(X, np.full(n_clusterings, n_clusters), random_state)
+    init: "k-means++" (default) or "random" (Forgy: k distinct items as the initial centres, the
+    older default of most k-means codes; its runs stop in more, and worse, local optima, so the
+    ensemble is more diverse). Cost: n_clusterings × O(n d k iters)."""
+    return _ensemble(X, np.full(n_clusterings, n_clusters), random_state, init)
 
 
 def kmeans_ensemble_random_k(
@@ -28,7 +34,9 @@ def kmeans_ensemble_random_k(
     return _ensemble(X, ks, rng)
 
 
-def _ensemble(X, ks: np.ndarray, random_state) -> np.ndarray:
+def _ensemble(X, ks: np.ndarray, random_state, init: str = "k-means++") -> np.ndarray:
+    if init not in KMEANS_INITS:
+        raise ValueError(f"init must be one of {KMEANS_INITS}; got {init!r}.")
     rng = check_random_state(random_state)
     n = X.shape[0]
     if n_bad := int((ks > n).sum()):
@@ -36,6 +44,6 @@ def _ensemble(X, ks: np.ndarray, random_state) -> np.ndarray:
     seeds = rng.randint(0, 2**31 - 1, size=len(ks))
     out = np.empty((n, len(ks)), dtype=np.int64)
     for j, (k, seed) in enumerate(zip(ks, seeds, strict=True)):
-        km = KMeans(n_clusters=int(k), n_init=1, init="k-means++", random_state=int(seed))
+        km = KMeans(n_clusters=int(k), n_init=1, init=init, random_state=int(seed))
         out[:, j] = km.fit_predict(X)
     return out

@@ -75,3 +75,25 @@ def test_adversary_weight_is_one_over_the_covering_columns():
     # the last column labels pairs (0, 2) (both columns: 1/2) and nothing else off the diagonal
     assert adversary_weight(labels) == pytest.approx(0.5)
     assert adversary_weight(labels, column=0) == pytest.approx((1 + 1 + 0.5) / 3)
+
+
+def test_kmeans_ensemble_init_random_is_seeded_and_differs_from_kmeanspp():
+    from sklearn.datasets import make_blobs
+
+    from adseg.ensemble import kmeans_ensemble
+
+    X, _ = make_blobs(n_samples=120, centers=6, cluster_std=2.5, random_state=0)
+    a = kmeans_ensemble(X, 8, 6, random_state=3, init="random")
+    b = kmeans_ensemble(X, 8, 6, random_state=3, init="random")
+    c = kmeans_ensemble(X, 8, 6, random_state=3)
+    assert a.shape == (120, 8) and a.dtype == np.int64
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)  # same seeds, other initial centres
+    assert set(np.unique(a)) <= set(range(6))
+
+
+def test_kmeans_ensemble_rejects_an_unknown_init():
+    from adseg.ensemble import kmeans_ensemble
+
+    with pytest.raises(ValueError, match="init must be one of"):
+        kmeans_ensemble(np.eye(5), 2, 2, init="forgy")
