@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,20 @@ def test_lanczos_eigenvectors_are_the_same_every_run():
         assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
     dense = np.linalg.eigvalsh(matrix)[::-1][:5]
     np.testing.assert_allclose(first[0], dense, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [np.array([[2**63 + 5], [1]], dtype=np.uint64), np.array([[1e20], [1.0]])],
+)
+def test_check_labels_names_labels_beyond_int64(labels):
+    # the int64 cast used to wrap them round and report a 'negative label other than -1'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no RuntimeWarning from an invalid cast
+        with pytest.raises(ValueError, match="outside the int64 range"):
+            check_labels(labels)
+
+
+def test_check_labels_keeps_small_unsigned_and_integral_float_labels():
+    np.testing.assert_array_equal(check_labels(np.array([[5], [1]], dtype=np.uint64)), [[5], [1]])
+    np.testing.assert_array_equal(check_labels(np.array([[5.0], [-1.0]])), [[5], [-1]])

@@ -511,3 +511,11 @@ def test_average_linkage_accepts_similarities_above_one():
     labels = average_linkage_labels(S, 3)
     np.testing.assert_array_equal(labels, average_linkage_labels(S / S.max(), 3))
     assert ari(y, labels) == 1.0
+
+
+def test_sample_orientation_on_agreeing_clusterings_says_what_to_do():
+    agree = np.array([[0, 0], [0, 0], [1, 1], [1, 1]])
+    with pytest.raises(ValueError, match="orientation='frontal'"):
+        LTA(n_clusters=2, orientation="sample", random_state=0).fit(agree)
+    pred = LTA(n_clusters=2, random_state=0).fit_predict(agree)
+    assert pred[0] == pred[1] != pred[2] == pred[3]

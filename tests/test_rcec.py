@@ -345,3 +345,25 @@ def test_bad_parameters_are_refused(params, error):
     labels, _ = _noisy_copies()
     with pytest.raises(error):
         RCEC(n_clusters=3, **params).fit(labels)
+
+
+@pytest.mark.parametrize(
+    "labels, k, expected",
+    [
+        # an item in no clustering (orphan: zero embedding row) joins the largest segment ...
+        ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 2, [0, 0, 1, 1, 0]),
+        # ... or is a segment of its own while fewer than k are used
+        ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 3, [0, 0, 1, 1, 2]),
+        # k above the graph's eigenvectors (zero padding columns)
+        ([[0, 0], [0, 0], [1, 1], [1, 1]], 3, [0, 0, 1, 1]),
+    ],
+)
+def test_discretize_handles_orphans_and_padding(labels, k, expected):
+    # used to print "SVD did not converge" 30 times and raise LinAlgError (NaN from 0/0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the orphan warning
+        pred = RCEC(n_clusters=k, assign_labels="discretize", random_state=0).fit_predict(
+            np.array(labels)
+        )
+    assert ari(expected, pred) == 1.0
+    assert pred.min() == 0 and pred.max() < k

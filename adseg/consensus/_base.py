@@ -48,6 +48,7 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
             raise TypeError(f"{name} must hold integers; got non-integral floats.")
     elif arr.dtype.kind not in "iub":
         raise TypeError(f"{name} must be an integer array; got dtype {arr.dtype}.")
+    _check_int64_range(arr, name)
     arr = np.ascontiguousarray(arr, dtype=np.int64)
     if np.any(arr < MISSING):
         col = int(np.nonzero((arr < MISSING).any(axis=0))[0][0])
@@ -65,6 +66,26 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
                 f"{name} column {int(empty[0])} is all -1 (no item is clustered in it)."
             )
     return arr
+
+
+def _check_int64_range(arr: np.ndarray, name: str) -> None:
+    """Refuse labels that do not fit in int64 (a uint64 hash, a float 1e20): the cast would wrap
+    them round to negative numbers and the error would wrongly say 'negative label'."""
+    if arr.size == 0 or arr.dtype.kind == "i" or arr.dtype == np.bool_:
+        return
+    if arr.dtype.kind == "u" and arr.dtype.itemsize < 8:
+        return
+    limit = np.iinfo(np.int64).max
+    # floats: 2**63 itself is representable and out of range, so compare with >=
+    too_big = arr >= np.float64(2**63) if arr.dtype.kind == "f" else arr > np.uint64(limit)
+    if arr.dtype.kind == "f":
+        too_big |= arr < -np.float64(2**63)
+    if too_big.any():
+        col = int(np.nonzero(too_big.any(axis=0))[0][0])
+        raise ValueError(
+            f"{name} column {col} has a label outside the int64 range; relabel it to small "
+            "integers (e.g. with numpy.unique(..., return_inverse=True))."
+        )
 
 
 def check_n_clusters(n_clusters, n_items: int) -> int:

@@ -672,8 +672,11 @@ def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init
     deg = W.sum(axis=1)
     if not deg.max() > 0:
         raise ValueError(
-            "the refined co-association matrix is zero (the solver stopped before the "
-            "threshold fell below its spectrum); raise max_iter."
+            "the refined co-association matrix is zero: the low-rank step removed every "
+            "entry. With orientation='sample' this happens on inputs with very few distinct "
+            "label rows (e.g. clusterings that all agree); use orientation='frontal' (the "
+            "default) or a smaller lam. Otherwise the solver stopped before its threshold fell "
+            "below the spectrum: raise max_iter."
         )
     scale = np.zeros_like(deg)
     np.divide(1.0, np.sqrt(deg), out=scale, where=deg > 0)

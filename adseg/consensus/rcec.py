@@ -359,12 +359,33 @@ def ncut_embedding(
 
 def _discretize(embedding: np.ndarray, n_clusters: int, method: str, random_state) -> np.ndarray:
     if method == "discretize" and n_clusters > 1:
-        from sklearn.cluster._spectral import discretize
-
-        return discretize(embedding.copy(), random_state=random_state).astype(np.int64)
+        return _discretize_rotation(embedding, n_clusters, random_state)
     if method == "discretize":
         return np.zeros(embedding.shape[0], dtype=np.int64)
     return assign_labels(embedding, n_clusters, method=method, random_state=random_state)
+
+
+def _discretize_rotation(embedding: np.ndarray, n_clusters: int, random_state) -> np.ndarray:
+    """Yu–Shi rotation discretisation (scikit-learn's ``discretize``) of an (n × c) embedding
+    that may hold zero rows (orphan items) and zero columns (padding when the graph has fewer than
+    c eigenvectors). ``discretize`` normalises rows and columns, so a zero one would turn into NaN
+    and its SVD fail: it runs on the non-zero block; the orphans share one segment (a new label
+    while fewer than ``n_clusters`` are used, else the largest segment). Cost O(n c²) per rotation
+    step."""
+    from sklearn.cluster._spectral import discretize
+
+    rows = np.any(embedding != 0, axis=1)
+    cols = np.any(embedding[rows] != 0, axis=0)
+    labels = np.zeros(embedding.shape[0], dtype=np.int64)
+    if rows.any() and cols.sum() > 1:
+        block = embedding[np.ix_(rows, cols)]
+        labels[rows] = discretize(block.copy(), random_state=random_state).astype(np.int64)
+    if (~rows).any() and rows.any():
+        used = np.unique(labels[rows])
+        labels[~rows] = (
+            used.size if used.size < n_clusters else int(np.bincount(labels[rows]).argmax())
+        )
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
