@@ -248,10 +248,19 @@ def db_upgrade(
     from adseg.store import migrate
 
     url = database_url(database_url_)
+    file = sqlite_file(url)
+    new_file = file is not None and not file.exists()
     engine = _engine(url, create=True)
-    before = migrate.current_revision(engine)
-    migrate.upgrade(engine, revision)
-    after = migrate.current_revision(engine)
+    try:
+        before = migrate.current_revision(engine)
+        migrate.upgrade(engine, revision)
+        after = migrate.current_revision(engine)
+    except BaseException:
+        if new_file:  # a failed upgrade leaves no empty database behind
+            engine.dispose()
+            for leftover in (file, *(file.with_name(file.name + s) for s in ("-journal", "-wal"))):
+                leftover.unlink(missing_ok=True)
+        raise
     if not quiet:
         out.print(f"database {mask_url(url)}: {before or 'empty'} -> {after}", markup=False)
 
@@ -995,6 +1004,9 @@ def _write_all(write: Callable[[memoryview], int | None], text: str) -> None:
 def runs(
     limit: Annotated[int, typer.Option(help="How many (newest first).", **RUN_ID)] = 20,
     database_url_: DatabaseUrl = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the run ids, one per line.")
+    ] = False,
 ) -> None:
     """List recent runs with their status (and the error of failed ones)."""
     import pandas as pd
@@ -1004,6 +1016,10 @@ def runs(
     engine = _engine(database_url_)
     _require_schema(engine)
     frame = list_runs(engine, limit)
+    if quiet:  # for scripts: `adseg report --run $(adseg runs -q --limit 1)`
+        for run_id in frame["run_id"]:
+            out.print(str(run_id), markup=False, highlight=False)
+        return
     table = Table(title="runs")
     for col in ("run", "kind", "status", "started (UTC)", "finished", "error"):
         table.add_column(col)

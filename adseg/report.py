@@ -308,7 +308,9 @@ def render_csv(data: ReportData) -> str:
     )
     out = out.sort_values(["source", "method", "supply_mode", "advertiser_id"], kind="stable")
     out["advertiser_id"] = [_csv_safe(str(a)) for a in out["advertiser_id"]]
-    return out.to_csv(index=False, lineterminator="\n", float_format="%.10g")
+    # no float_format: the shortest text that reads back as the same float (1253623688.246912,
+    # not %.10g's 1253623688), so spend reconciles with billing to the micro
+    return out.to_csv(index=False, lineterminator="\n")
 
 
 # --------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ import datetime as dt
 import gzip
 import io
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -84,6 +85,8 @@ __all__ = [
     "write_marketplace",
 ]
 
+MAX_ADVERTISERS = 100_000  # ~24 M logged auctions at the default sample rates
+MAX_DAYS = 366
 FAULT_KINDS = ("unit_market", "unit_paid", "bug_market", "bot_burst")
 _FAULT_VIEW = {
     "unit_market": "win_rate",
@@ -201,20 +204,30 @@ class MarketplaceConfig:
 
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, float | int) and not isinstance(value, bool):
-                need(np.isfinite(value), f"{f.name} must be finite; got {value!r}.")
-        need(int(self.n_advertisers) >= 1, f"n_advertisers must be ≥ 1; got {self.n_advertisers}.")
+            if isinstance(value, float):  # a Python int is finite (and may exceed float64)
+                need(math.isfinite(value), f"{f.name} must be finite; got {value!r}.")
+        need(
+            1 <= int(self.n_advertisers) <= MAX_ADVERTISERS,
+            f"n_advertisers must be in [1, {MAX_ADVERTISERS:,}]; got {self.n_advertisers}.",
+        )
         need(int(self.n_segments) >= 1, f"n_segments must be ≥ 1; got {self.n_segments}.")
-        need(int(self.days) >= 2, f"days must be ≥ 2; got {self.days}.")
+        # a sample is a few weeks of logs; supply trends compound over the days
+        need(2 <= int(self.days) <= MAX_DAYS, f"days must be in [2, {MAX_DAYS}]; got {self.days}.")
         need(
             1 <= int(self.train_days) < int(self.days),
             f"train_days must be in [1, days); got {self.train_days} with days={self.days}.",
         )
         need(0 <= int(self.seed) < 2**63, f"seed must be in [0, 2**63); got {self.seed}.")
         try:
-            dt.date.fromisoformat(self.start_date)
+            first = dt.date.fromisoformat(self.start_date)
         except (TypeError, ValueError):
             need(False, f"start_date must be YYYY-MM-DD; got {self.start_date!r}.")
+        last = first + dt.timedelta(days=int(self.days) - 1)
+        # the dates adseg ingest accepts (it refuses years outside as exporters' placeholders)
+        need(
+            dt.date(2000, 1, 1) <= first and last <= dt.date(2099, 12, 31),
+            f"the simulated days {first} … {last} must lie in 2000-01-01 … 2099-12-31.",
+        )
         need(0 <= int(self.price_decimals) <= 4, "price_decimals must be in [0, 4].")
         vr = np.asarray(self.vertical_price_range, dtype=np.float64)
         need(

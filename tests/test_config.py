@@ -124,3 +124,12 @@ def test_the_cli_prints_query_passwords_masked(tmp_path):
     url = f"{PG}://qa@127.0.0.1:1/adseg?password=s3cretPW"
     result = runner.invoke(app, ["db", "current", "--database-url", url])
     assert "s3cretPW" not in result.output
+
+
+@pytest.mark.parametrize("args", [["nosuch"]])
+def test_a_failed_db_upgrade_leaves_no_new_database_file(tmp_path, args):
+    # a bad revision used to be found only after connecting, which had created the file
+    path = tmp_path / "new.db"
+    result = runner.invoke(app, ["db", "upgrade", *args, "--database-url", f"sqlite:///{path}"])
+    assert result.exit_code == 2, result.output
+    assert not path.exists() and list(tmp_path.iterdir()) == []

@@ -307,6 +307,8 @@ def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkey
     assert len(rows) == 2
     assert "failed" in rows[0] and "ValueError" in rows[0]  # newest first
     assert "completed" in rows[1] and "nan" not in rows[1].lower()
+    res = runner.invoke(app, ["runs", "--database-url", db_url, "-q"])
+    assert res.exit_code == 0 and res.output == "2\n1\n"  # ids only, newest first
 
 
 def test_report_without_runs_says_so(engine, db_url):

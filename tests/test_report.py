@@ -188,7 +188,12 @@ def test_json_nan_and_inf_become_null():
 
 def test_csv_round_trips_through_pandas(data):
     text = render_csv(data)
-    back = pd.read_csv(io.StringIO(text), dtype={"advertiser_id": str}, keep_default_na=False)
+    back = pd.read_csv(
+        io.StringIO(text),
+        dtype={"advertiser_id": str},
+        keep_default_na=False,
+        float_precision="round_trip",
+    )
     assert tuple(back.columns) == CSV_COLUMNS
     f = data.forecasts
     assert len(back) == len(f)
@@ -196,7 +201,8 @@ def test_csv_round_trips_through_pandas(data):
     merged = back.merge(f, on=key, suffixes=("", "_orig"), validate="one_to_one")
     assert len(merged) == len(f)
     for c in ("impressions_forecast", "impressions_actual", "spend_forecast", "spend_actual"):
-        np.testing.assert_allclose(merged[c], merged[f"{c}_orig"], rtol=1e-9)
+        # exact: the CSV used to round to 10 significant digits (spend 1253623688.246912 → …688)
+        np.testing.assert_array_equal(merged[c], merged[f"{c}_orig"])
     assert set(back.loc[back.advertiser_id == "a3", "advertiser_name"]) == {EVIL}
     assert set(back.loc[back.advertiser_id == "a5", "advertiser_name"]) == {"Advertiser a5"}
     assert set(back["source"]) == {"rcc", "text", "own", "global"}
@@ -212,14 +218,18 @@ def test_csv_neutralises_spreadsheet_formulas():
             "impressions_forecast": [1.0, 1.0],
             "impressions_actual": [2.0, 2.0],
             "spend_forecast": [0.1, 0.1],
-            "spend_actual": [math.pi, 1.0],
+            "spend_actual": [math.pi, 1253623688.246912],
         }
     )
     d = ReportData(run={}, mape=pd.DataFrame(), forecasts=f, advertiser_names={"x": "=1+2"})
-    back = pd.read_csv(io.StringIO(render_csv(d)), dtype={"advertiser_id": str})
+    text = render_csv(d)
+    back = pd.read_csv(
+        io.StringIO(text), dtype={"advertiser_id": str}, float_precision="round_trip"
+    )
     back = back.set_index("advertiser_id")
     assert back.loc["x", "advertiser_name"] == "'=1+2"
-    assert back.loc["x", "spend_actual"] == pytest.approx(math.pi, rel=1e-9)
+    assert back.loc["x", "spend_actual"] == math.pi
+    assert ",1253623688.246912\n" in text  # every digit, no exponent
     assert "'@SUM(A1)" in back.index  # ids are user-supplied strings too
 
 

@@ -65,6 +65,13 @@ def _clean_train(market: Marketplace) -> pd.DataFrame:
         ({"start_date": "2026-13-01"}, "start_date"),
         ({"fault_share": 1.5}, "fault_share"),
         ({"median_daily_supply": float("nan")}, "median_daily_supply"),
+        # a Python int beyond float64 used to crash np.isfinite with a TypeError traceback
+        ({"seed": 10**20}, r"seed must be in \[0, 2\*\*63\)"),
+        ({"n_advertisers": 10**20}, "n_advertisers must be in"),
+        ({"days": 367}, r"days must be in \[2, 366\]"),
+        # days ingest would refuse as placeholders (it used to write them, then refuse them)
+        ({"start_date": "2099-12-01", "days": 60, "train_days": 30}, "2099-12-31"),
+        ({"start_date": "1999-12-30"}, "2000-01-01"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
@@ -382,8 +389,8 @@ def test_config_json_round_trips(tmp_path, small):
             ["--days", "3", "--train-days", "7"],
             "--train-days must be in [1, --days); got 7 with --days=3.",
         ),
-        (["--days", "1"], "--days must be ≥ 2; got 1."),
-        (["--advertisers", "0"], "--advertisers must be ≥ 1; got 0."),
+        (["--days", "1"], "--days must be in [2, 366]; got 1."),
+        (["--advertisers", "0"], "--advertisers must be in [1, 100,000]; got 0."),
         (["--segments", "0"], "--segments must be ≥ 1; got 0."),
     ],
 )
