@@ -62,8 +62,10 @@ Step 8, **score**: MAPE of the per-advertiser window totals of impressions and s
 supply mode and method (``adseg.metrics.mape_with_count``: zero actuals are left out and counted).
 
 Fallbacks, stated once: an advertiser with label -1 in a segmentation (left out of that view), or
-whose segment has no samples of a kind, gets the *global* pooled c.d.f. of that kind; an
-advertiser with no own samples has w_i = 0.
+whose segment has no samples of a kind, gets the *global* pooled c.d.f. of that kind (a
+segmentation with every label -1, i.e. zero segments, is allowed: everyone gets the global one); an
+advertiser with no own samples has w_i = 0. Delivery frames with a missing or unparseable date
+are refused (rows in messages are counted from 1).
 
 Cost, with N samples of a kind, n advertisers, K segments, R evaluation rows: the samples are
 sorted once per kind (O(N log N)); pooling them by a segmentation is then a stable radix sort of
@@ -75,6 +77,7 @@ auctions, 10 sources, both supply modes) takes ≈ 4 s at load 12 on 2 shared co
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -182,7 +185,8 @@ class SampleSet:
     def pool(self, groups: ArrayLike, n_groups: int | None = None) -> GroupedECDF:
         """Pool the samples by the group of their advertiser.
 
-        groups : (n,) int, group of each advertiser in 0..G-1; -1 leaves its samples out.
+        groups : (n,) int, group of each advertiser in 0..G-1; -1 leaves its samples out. Floats
+        are accepted only when integral (0.7 is an error, never truncated to 0).
         Cost O(N log N) time (one int64 argsort), O(N) memory.
         """
         groups = np.asarray(groups)
@@ -191,7 +195,7 @@ class SampleSet:
                 f"groups must have shape ({self.n_owners},) (one per advertiser); "
                 f"got {groups.shape}."
             )
-        groups = groups.astype(np.int64)
+        groups = _integer_array(groups, "groups")
         if n_groups is None:
             n_groups = int(groups.max()) + 1 if groups.size else 0
         if groups.size and (groups.min() < MISSING or groups.max() >= n_groups):
@@ -213,7 +217,9 @@ class GroupedECDF:
     """Empirical c.d.f.s of G groups of samples, stored as one array sorted by (group, value).
 
     F_g(x) = #{samples of g ≤ x} / n_g. Queries are exact (ranks in the shared support, no float
-    offsets) and vectorised over any number of (group, x) pairs: O(log N) each.
+    offsets) and vectorised over any number of (group, x) pairs: O(log N) each. A NaN x gives NaN
+    from ``cdf``, ``partial_mean`` and ``conditional_mean`` (propagated, as numpy arithmetic
+    would; x = ±inf is an ordinary bound) and is an error for the integer ``count_le``.
 
     Attributes
     ----------
@@ -262,8 +268,8 @@ class GroupedECDF:
         q = group * np.int64(self.support.size + 1) + r
         return np.searchsorted(self._keys, q, side="left")
 
-    def _check_group(self, group, x):
-        group = np.asarray(group, dtype=np.int64)
+    def _check_group(self, group, x) -> tuple[np.ndarray, np.ndarray]:
+        group = _integer_array(group, "group")
         x = np.asarray(x, dtype=np.float64)
         group, x = np.broadcast_arrays(group, x)
         if group.size and (group.min() < 0 or group.max() >= self.n_groups):
@@ -271,39 +277,68 @@ class GroupedECDF:
         return group, x
 
     def count_le(self, group: ArrayLike, x: ArrayLike) -> np.ndarray:
-        """Number of samples of ``group`` that are ≤ x (broadcast shapes), int64."""
+        """Number of samples of ``group`` that are ≤ x (broadcast shapes), int64. A NaN x is a
+        ValueError: an integer count has no NaN to propagate."""
         group, x = self._check_group(group, x)
+        if np.isnan(x).any():
+            raise ValueError("x has NaN values: the number of samples <= NaN is undefined.")
         return self._index_le(group, x) - self.offsets[group]
 
     def cdf(self, group: ArrayLike, x: ArrayLike) -> np.ndarray:
-        """F_group(x) (broadcast shapes); NaN for a group with no samples."""
+        """F_group(x) (broadcast shapes); NaN for a group with no samples or a NaN x."""
         group, x = self._check_group(group, x)
         n = self.counts[group].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, (self._index_le(group, x) - self.offsets[group]) / n, np.nan)
+            f = np.where(n > 0, (self._index_le(group, x) - self.offsets[group]) / n, np.nan)
+        return _nan_where_nan(f, x)
 
     def partial_mean(self, group: ArrayLike, x: ArrayLike) -> np.ndarray:
-        """E[v · 1{v ≤ x}] = (sum of the group's samples ≤ x) / n_g; NaN for an empty group."""
+        """E[v · 1{v ≤ x}] = (sum of the group's samples ≤ x) / n_g; NaN for an empty group or a
+        NaN x."""
         group, x = self._check_group(group, x)
         start = self.offsets[group]
         s = self._prefix[self._index_le(group, x)] - self._prefix[start]
         n = self.counts[group].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, s / n, np.nan)
+            return _nan_where_nan(np.where(n > 0, s / n, np.nan), x)
 
     def conditional_mean(self, group: ArrayLike, x: ArrayLike) -> np.ndarray:
-        """E[v | v ≤ x] over the group's samples; NaN where no sample is ≤ x."""
+        """E[v | v ≤ x] over the group's samples; NaN where no sample is ≤ x or x is NaN."""
         group, x = self._check_group(group, x)
         idx = self._index_le(group, x)
         start = self.offsets[group]
         k = (idx - start).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(k > 0, (self._prefix[idx] - self._prefix[start]) / k, np.nan)
+            m = np.where(k > 0, (self._prefix[idx] - self._prefix[start]) / k, np.nan)
+        return _nan_where_nan(m, x)
 
     def tabulate(self, grid: ArrayLike) -> np.ndarray:
         """(G, len(grid)) matrix of F_g(grid); NaN rows for empty groups."""
         grid = np.asarray(grid, dtype=np.float64).ravel()
         return self.cdf(np.arange(self.n_groups)[:, None], grid[None, :])
+
+
+def _nan_where_nan(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``values`` with NaN wherever ``x`` is NaN (same shape). searchsorted puts NaN after every
+    number, so without this a NaN query would read as "every sample is ≤ x"."""
+    return np.where(np.isnan(x), np.nan, values)
+
+
+def _integer_array(values: ArrayLike, name: str) -> np.ndarray:
+    """``values`` as int64 (same shape). Integer and bool dtypes pass; floats only when finite
+    and integral (``astype`` would silently truncate 0.7 to 0); anything else is a TypeError."""
+    a = np.asarray(values)
+    if a.dtype.kind in "iub":
+        return a.astype(np.int64, copy=False)
+    if a.dtype.kind == "f":
+        flat = a.ravel()
+        bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.round(flat)))
+        if bad.size:
+            raise TypeError(
+                f"{name} must hold integers; got {float(flat[bad[0]])} at flat index {bad[0]}."
+            )
+        return a.astype(np.int64)
+    raise TypeError(f"{name} must be an integer array; got dtype {a.dtype}.")
 
 
 def shrinkage_weights(counts: ArrayLike, kappa: float) -> np.ndarray:
@@ -344,7 +379,8 @@ class Landscape:
         pooled: GroupedECDF | None = None,
     ) -> Landscape:
         """``segments``: (n,) int labels (arbitrary non-negative values; -1 = none). ``own`` and
-        ``pooled`` may be passed to reuse them across segmentations."""
+        ``pooled`` may be passed to reuse them across segmentations. All -1 (zero segments) is
+        allowed: every advertiser then gets the global pooled c.d.f."""
         codes, n_seg = _compact_labels(segments, samples.n_owners)
         seg = samples.pool(codes, n_seg)
         if own is None:
@@ -352,8 +388,9 @@ class Landscape:
         if pooled is None:
             pooled = samples.pool(np.zeros(samples.n_owners, dtype=np.int64), 1)
         base = codes.copy()
-        has = base >= 0
-        base[has & (seg.counts[np.maximum(base, 0)] == 0)] = MISSING
+        # look up only the labelled advertisers: with zero segments seg.counts is empty
+        labelled = np.flatnonzero(codes >= 0)
+        base[labelled[seg.counts[codes[labelled]] == 0]] = MISSING
         return cls(own, seg, pooled, base, shrinkage_weights(samples.counts, kappa), float(kappa))
 
     def with_kappa(self, kappa: float) -> Landscape:
@@ -373,8 +410,12 @@ class Landscape:
             )
         return out
 
+    @property
+    def n_advertisers(self) -> int:
+        return int(self.base_group.size)
+
     def _blend(self, adv, x, fn: str) -> np.ndarray:
-        adv = np.asarray(adv, dtype=np.int64)
+        adv = _advertiser_index(adv, self.n_advertisers)
         x = np.asarray(x, dtype=np.float64)
         adv, x = np.broadcast_arrays(adv, x)
         adv, x = adv.ravel(), x.ravel()
@@ -387,7 +428,8 @@ class Landscape:
         return base
 
     def cdf(self, adv: ArrayLike, x: ArrayLike) -> np.ndarray:
-        """F̂_adv(x), flat (R,) for R broadcast (advertiser index, x) pairs."""
+        """F̂_adv(x), flat (R,) for R broadcast (advertiser index, x) pairs. ``adv`` in 0..n-1
+        (IndexError otherwise: -1 is not "the last advertiser"); NaN x → NaN."""
         return self._blend(adv, x, "cdf")
 
     def partial_mean(self, adv: ArrayLike, x: ArrayLike) -> np.ndarray:
@@ -397,8 +439,9 @@ class Landscape:
 
 def expected_cost(win: Landscape, cost: Landscape, adv: ArrayLike, bid: ArrayLike) -> np.ndarray:
     """Expected paid eCPM at ``bid`` given a win: E[cost | cost ≤ bid] under ``cost``; where no
-    cost mass is ≤ bid, E[market price | price ≤ bid] under ``win``; else the bid itself. (R,)."""
-    adv = np.asarray(adv, dtype=np.int64).ravel()
+    cost mass is ≤ bid, E[market price | price ≤ bid] under ``win``; else the bid itself. (R,).
+    A NaN bid gives NaN."""
+    adv = _advertiser_index(adv, cost.n_advertisers).ravel()
     bid = np.asarray(bid, dtype=np.float64).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
         fc = cost.cdf(adv, bid)
@@ -409,6 +452,20 @@ def expected_cost(win: Landscape, cost: Landscape, adv: ArrayLike, bid: ArrayLik
             alt = win.partial_mean(adv[bad], bid[bad]) / fw
             out[bad] = np.where(fw > 0, alt, bid[bad])
     return out
+
+
+def _advertiser_index(adv: ArrayLike, n: int, name: str = "adv") -> np.ndarray:
+    """Advertiser indices as int64 (same shape), each in 0..n-1. Negative indices are refused,
+    not wrapped around: -1 means "no segment" elsewhere in this module, never "the last one"."""
+    a = _integer_array(adv, name)
+    out = (a < 0) | (a >= n)
+    if out.any():
+        pos = int(np.flatnonzero(out.ravel())[0])
+        raise IndexError(
+            f"{name} must be advertiser indices in 0..{n - 1}; got {int(a.ravel()[pos])} at flat "
+            f"index {pos}."
+        )
+    return a
 
 
 def _compact_labels(segments: ArrayLike, n: int, name: str = "segments") -> tuple[np.ndarray, int]:
@@ -520,6 +577,13 @@ class KappaSelector:
         self.grid_ = grid
         rng = check_random_state(self.random_state)
         n = samples.n_owners
+        if bids is not None:
+            # checked before the early return below, so a wrong length never passes silently
+            b = np.asarray(bids, dtype=np.float64)
+            if b.shape != (n,):
+                raise ValueError(
+                    f"bids must have one value per advertiser, shape ({n},); got shape {b.shape}."
+                )
         self.folds_ = []
         self.n_points_ = 0
         if samples.values.size == 0:
@@ -527,7 +591,7 @@ class KappaSelector:
         q = np.quantile(samples.values, np.linspace(0, 1, int(self.n_quantiles) + 2)[1:-1])
         pts = np.broadcast_to(q, (n, q.size))
         if bids is not None:
-            b = np.asarray(bids, dtype=np.float64).reshape(n, 1)
+            b = b[:, None]
             pts = np.hstack([pts, np.where(np.isfinite(b), b, q[q.size // 2])])
         adv = np.broadcast_to(np.arange(n)[:, None], pts.shape)
         in_a = rng.random_sample(samples.values.size) < 0.5
@@ -619,11 +683,17 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     "known", initial_level=y[0]``); α ∈ [0, 1] minimises the sum of squared one-step-ahead errors:
     a grid of ``n_grid`` values, then golden-section search in the bracket around the best one.
     Returns (alpha (n,), level (n,)): the flat h-step forecast is ``level``; NaN for all-NaN rows.
+    ``n_grid`` ≥ 2 (the grid includes 0 and 1), ``n_refine`` ≥ 0, T ≥ 1.
     Cost O(n T (n_grid + 2 n_refine)) time, O(n n_grid) memory.
     """
     y = np.asarray(y, dtype=np.float64)
     if y.ndim != 2:
         raise ValueError(f"y must be 2-D (n_series, n_days); got shape {y.shape}.")
+    if y.shape[1] == 0:
+        raise ValueError(f"y has no days (shape {y.shape}): at least one column is needed.")
+    _check_int(n_grid, "n_grid", 2)
+    _check_int(n_refine, "n_refine", 0)
+    n_grid, n_refine = int(n_grid), int(n_refine)
     n = y.shape[0]
     obs = np.isfinite(y)
     has = obs.any(axis=1)
@@ -653,6 +723,14 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     return np.where(has, alpha, np.nan), np.where(has, level, np.nan)
 
 
+def _check_int(value, name: str, minimum: int) -> None:
+    """TypeError unless ``value`` is an integer (bool refused), ValueError if below ``minimum``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}.")
+
+
 def _ses_statsmodels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The statsmodels path: one SimpleExpSmoothing fit per series (missing days dropped)."""
     from statsmodels.tsa.holtwinters import SimpleExpSmoothing
@@ -678,14 +756,47 @@ SUPPLY_MODELS = ("ses", "mean", "seasonal_naive")
 
 
 def _dates(values: pd.Series, name: str) -> np.ndarray:
-    """Calendar days (datetime64[D]) of a date column (strings, dates or timestamps)."""
+    """Calendar days (datetime64[D]) of a date column (strings, dates or timestamps).
+
+    A missing (None, NaN, NaT, "") or unparseable value is a ValueError naming the frame
+    (``name``), the column and the first offending rows, counted from 1 (the first row of the
+    frame is row 1) — a NaT would otherwise sort after every day and pass for the latest one.
+    """
     try:
         d = pd.to_datetime(values)
     except (ValueError, TypeError) as exc:
+        _raise_bad_dates(values, name, reason=str(exc).splitlines()[0])
         raise ValueError(f"{name} column 'date' has values that are not dates: {exc}") from exc
+    if d.isna().any():
+        _raise_bad_dates(values, name, missing=np.asarray(d.isna()))
     if getattr(d.dt, "tz", None) is not None:
         d = d.dt.tz_localize(None)
     return d.to_numpy().astype("datetime64[D]")
+
+
+def _raise_bad_dates(
+    values: pd.Series, name: str, *, missing: np.ndarray | None = None, reason: str = ""
+) -> None:
+    """Raise the ValueError of :func:`_dates` for the rows that are missing or do not parse on
+    their own (found by a coercing parse when the strict one failed as a whole); return quietly
+    if there are none (the caller then reports the parser's own error)."""
+    if missing is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                missing = np.asarray(pd.to_datetime(values, errors="coerce", utc=True).isna())
+            except (ValueError, TypeError):
+                return
+    rows = np.flatnonzero(missing)
+    if rows.size == 0:
+        return
+    first = ", ".join(str(r + 1) for r in rows[:5])
+    example = values.iloc[rows[0]]
+    raise ValueError(
+        f"{name} column 'date' has {rows.size} missing or unparseable value(s), in row(s) "
+        f"{first}{', …' if rows.size > 5 else ''} (rows counted from 1); row {rows[0] + 1} is "
+        f"{example!r}{f' ({reason})' if reason else ''}."
+    )
 
 
 def _daily_matrix(df: pd.DataFrame, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -769,7 +880,13 @@ def supply_for_rows(
     for t in range(days.size):  # loop over training days: later days overwrite earlier ones
         ok = np.isfinite(y[:, t])
         table[ok, weekday[t]] = y[ok, t]
-    row_wd = (np.asarray(row_dates).astype("datetime64[D]").astype(np.int64) + 3) % 7
+    row_days = np.asarray(row_dates).astype("datetime64[D]")
+    if np.isnat(row_days).any():
+        bad = np.flatnonzero(np.isnat(row_days))
+        raise ValueError(
+            f"row_dates has {bad.size} missing date(s) (NaT), first at index {bad[0]}."
+        )
+    row_wd = (row_days.astype(np.int64) + 3) % 7
     out = table[row_adv, row_wd]
     return np.where(np.isfinite(out), out, mean[row_adv]), frame
 
@@ -803,13 +920,15 @@ def _check_delivery(df: pd.DataFrame, name: str, ids: np.ndarray, need=()) -> pd
             f"{name} has {int(unknown.sum())} row(s) of advertisers not in advertiser_ids, "
             f"e.g. {ex}."
         )
+    _dates(df["date"], name)  # missing or unparseable dates are an error naming the rows
     for c in need:
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
         bad = ~np.isfinite(v) | (v < 0)
         if bad.any():
             row = int(np.nonzero(bad)[0][0])
             raise ValueError(
-                f"{name} column {c!r} must be finite and >= 0; row {row} has {df[c].iloc[row]!r}."
+                f"{name} column {c!r} must be finite and >= 0; row {row + 1} (rows counted from "
+                f"1) has {df[c].iloc[row]!r}."
             )
     return df
 
@@ -855,7 +974,13 @@ class ForecastResult:
 def segment_sizes(
     win: SampleSet, cost: SampleSet, segments: ArrayLike, source: str = ""
 ) -> pd.DataFrame:
-    """Per segment label: number of advertisers and of pooled win / cost samples."""
+    """Per segment label: number of advertisers and of pooled win / cost samples. ``win`` and
+    ``cost`` must hold the same n advertisers."""
+    if win.n_owners != cost.n_owners:
+        raise ValueError(
+            f"win and cost must hold the same advertisers; got {win.n_owners} and "
+            f"{cost.n_owners} sample arrays."
+        )
     codes, k = _compact_labels(segments, win.n_owners)
     has = codes >= 0
     return pd.DataFrame(
@@ -906,13 +1031,17 @@ def segment_cdf_table(
 
 def score_forecasts(forecasts: pd.DataFrame) -> pd.DataFrame:
     """MAPE of impressions and spend per (source, supply_mode, method) of a forecasts frame
-    (columns as in :class:`ForecastResult`). Rows with a NaN forecast are left out (counted in
-    n_missing_forecast); zero actuals are left out by ``mape_with_count`` and counted."""
+    (columns as in :class:`ForecastResult`). Rows with a NaN (non-finite) impressions or spend
+    forecast — forecasts adseg could not make, e.g. no supply history with supply "forecast" — are
+    left out of both MAPEs and counted in n_missing_forecast (``mape_with_count`` itself refuses
+    NaN); zero actuals are left out by ``mape_with_count`` and counted."""
     rows = []
     for (src, mode, meth), g in forecasts.groupby(
         ["source", "supply_mode", "method"], sort=False
     ):  # loop over sources, not advertisers
-        ok = np.isfinite(g["impressions_forecast"].to_numpy(np.float64))
+        ok = np.isfinite(g["impressions_forecast"].to_numpy(np.float64)) & np.isfinite(
+            g["spend_forecast"].to_numpy(np.float64)
+        )
         g = g[ok]
         imp_mape, imp_zero = _safe_mape(g["impressions_actual"], g["impressions_forecast"])
         sp_mape, sp_zero = _safe_mape(g["spend_actual"], g["spend_forecast"])
@@ -980,7 +1109,8 @@ def evaluate_sources(
         bid], the second-price charge — not censored at each advertiser's own historical bid,
         which the cost samples are: they exist only for auctions won at that bid).
     methods : any of "segment" (the paper: segment c.d.f. only) and "blended" (empirical Bayes).
-    kappa : "cv" (per source and kind by :func:`select_kappa`) or a fixed κ ≥ 0 for "blended".
+    kappa : "cv" (per source and kind by :func:`select_kappa`) or a fixed κ ≥ 0 for "blended"
+        (any real number: int, float, numpy scalar, inf; not a bool).
     add_references : also evaluate ``reference_segmentations(n)`` ("own", "global") unless
         ``segmentations`` already has those names.
     random_state : seed of the κ selection's sample split.
@@ -1004,8 +1134,7 @@ def evaluate_sources(
     bad = [m for m in methods if m not in ("segment", "blended")]
     if bad or not methods:
         raise ValueError(f"methods must be among 'segment', 'blended'; got {list(methods)}.")
-    if not (kappa == "cv" or (isinstance(kappa, int | float) and kappa >= 0)):
-        raise ValueError(f"kappa must be 'cv' or a number >= 0; got {kappa!r}.")
+    kappa = _check_kappa(kappa)
     if spend_price not in ("cost", "market"):
         raise ValueError(f"spend_price must be 'cost' or 'market'; got {spend_price!r}.")
     if supply_model not in SUPPLY_MODELS:
@@ -1172,6 +1301,18 @@ def evaluate_sources(
             "random_state": random_state,
         },
     )
+
+
+def _check_kappa(kappa) -> float | str:
+    """``kappa`` as "cv" or a float ≥ 0 (inf allowed). Any real number is accepted (numpy scalars
+    included); a bool is refused, not read as 0 or 1."""
+    if isinstance(kappa, str) and kappa == "cv":
+        return kappa
+    if isinstance(kappa, bool | np.bool_) or not isinstance(kappa, numbers.Real):
+        raise TypeError(f"kappa must be 'cv' or a real number >= 0; got {kappa!r}.")
+    if not kappa >= 0:  # also refuses NaN
+        raise ValueError(f"kappa must be 'cv' or a number >= 0; got {kappa!r}.")
+    return float(kappa)
 
 
 def _kappa_row(source: str, kind: str, kap: float, curve: pd.DataFrame) -> dict:

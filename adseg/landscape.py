@@ -89,14 +89,15 @@ def ecdf(sample) -> tuple[np.ndarray, np.ndarray]:
 def ecdf_values(sample, points) -> np.ndarray:
     """F(points) for the e.c.d.f. of ``sample`` (right-continuous: F(x) = #{samples ≤ x} / m).
 
-    ``points`` any shape; returns float64 of the same shape. Empty sample → NaN. Cost
-    O((m + p) log m).
+    ``points`` any shape; returns float64 of the same shape. Empty sample → NaN. A NaN point gives
+    NaN (propagated, as numpy arithmetic would; ±inf give 0 and 1). Cost O((m + p) log m).
     """
     a = np.sort(_as_sample(sample, "sample"))
     p = np.asarray(points, dtype=np.float64)
     if a.size == 0:
         return np.full(p.shape, np.nan)
-    return np.searchsorted(a, p, side="right") / a.size
+    # searchsorted places NaN after every number, which would read as F = 1
+    return np.where(np.isnan(p), np.nan, np.searchsorted(a, p, side="right") / a.size)
 
 
 def sample_sizes(samples: Sequence) -> np.ndarray:

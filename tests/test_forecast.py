@@ -602,3 +602,213 @@ def test_simulated_marketplace_true_segments_beat_the_references():
                 < t.loc[("vertical", mode, "segment"), col]
             )
     assert t.loc[("truth", "actual", "segment"), "n_advertisers"] == len(ids)
+
+
+# --------------------------------------------------------------------------------------------
+# QA findings: zero segments, bad dates, NaN queries, κ types, index and length checks
+# --------------------------------------------------------------------------------------------
+
+
+def test_all_minus_one_segmentation_gives_every_advertiser_the_global_cdf():
+    """-1 = no segment → the global pooled c.d.f.; with every label -1 there are zero segments,
+    which used to raise IndexError in Landscape.build (and so in select_kappa and
+    evaluate_sources)."""
+    samples = SampleSet([[1.0], [2.0]])
+    none = Landscape.build(samples, [-1, -1])
+    glob = Landscape.build(samples, [0, 0])
+    x = np.array([0.5, 1.0, 1.5, 2.0])
+    adv = np.array([0, 1, 0, 1])
+    np.testing.assert_array_equal(none.cdf(adv, x), [0.0, 0.5, 0.5, 1.0])
+    np.testing.assert_array_equal(none.cdf(adv, x), glob.cdf(adv, x))
+    assert none.segment.n_groups == 0
+
+    four = SampleSet([[1.0, 2, 3, 4], [2.0, 3, 4, 5]])
+    kap_none, curve_none = select_kappa(four, [-1, -1], random_state=0)
+    kap_glob, curve_glob = select_kappa(four, [7, 7], random_state=0)
+    assert kap_none == kap_glob
+    pd.testing.assert_frame_equal(curve_none, curve_glob)
+
+    m = market(n=30, seed=21)
+    none_seg = np.full(30, -1)
+    res = evaluate_sources(m["win"], m["cost"], {"none": none_seg}, m["train"], m["eval"], m["ids"])
+    f = res.forecasts.set_index(["source", "method", "advertiser_id"]).sort_index()
+    for meth in ("segment", "blended"):
+        np.testing.assert_allclose(
+            f.loc[("none", meth), ["impressions_forecast", "spend_forecast"]].to_numpy(),
+            f.loc[("global", meth), ["impressions_forecast", "spend_forecast"]].to_numpy(),
+        )
+    t = res.mape.set_index(["source", "method"])
+    assert t.loc[("none", "segment"), "n_segments"] == 0
+    assert np.isfinite(t.loc[("none", "segment"), "impressions_mape"])
+    assert (res.segment_sizes["source"] != "none").all()  # no segment, no size row
+
+
+def _supply_frame(dates):
+    return pd.DataFrame(
+        {
+            "advertiser_id": [1] * len(dates),
+            "date": dates,
+            "bid_requests": [100.0, 110.0, 5000.0, 105.0][: len(dates)],
+        }
+    )
+
+
+@pytest.mark.parametrize("bad", [None, np.nan, "", "not a date", "2024-02-30"])
+def test_missing_or_unparseable_delivery_dates_are_rejected_with_their_rows(bad):
+    """A NaT used to sort after every day and pass for the latest one (the 5000 bid requests
+    became the SES level)."""
+    frame = _supply_frame(["2024-01-01", "2024-01-02", bad, "2024-01-03"])
+    with pytest.raises(ValueError, match=r"train_delivery column 'date' .* row\(s\) 3 \("):
+        forecast_supply(frame, [1])
+    with pytest.raises(ValueError, match=r"train_delivery column 'date'"):
+        supply_for_rows(frame, [1], [0], np.array(["2024-01-04"], dtype="datetime64[D]"))
+
+
+def test_bad_eval_delivery_dates_and_values_name_the_frame_and_rows_from_one():
+    m = market(n=20, seed=22)
+    args = (m["win"], m["cost"], {"s": m["seg"]}, m["train"])
+    bad = m["eval"].copy()
+    bad["date"] = bad["date"].astype(str)
+    bad.loc[[4, 9], "date"] = None
+    with pytest.raises(ValueError, match=r"eval_delivery column 'date' has 2 .* row\(s\) 5, 10 "):
+        evaluate_sources(*args, bad, m["ids"])
+    bad = m["train"].copy()
+    bad["date"] = bad["date"].astype(str)
+    bad.loc[1, "date"] = "yesterday"
+    with pytest.raises(ValueError, match=r"train_delivery column 'date' .* row\(s\) 2 "):
+        evaluate_sources(*args[:3], bad, m["eval"], m["ids"], supply="forecast")
+    # the other delivery checks count rows from 1 too (they counted from 0)
+    bad = m["eval"].copy()
+    bad.loc[2, "bid_ecpm"] = -1.0
+    with pytest.raises(ValueError, match=r"'bid_ecpm' must be finite and >= 0; row 3 \("):
+        evaluate_sources(*args, bad, m["ids"])
+    with pytest.raises(ValueError, match="row_dates has 1 missing"):
+        supply_for_rows(
+            m["train"], m["ids"], [0, 1], np.array(["2026-01-20", "NaT"], dtype="datetime64[D]"),
+            model="seasonal_naive",
+        )  # fmt: skip
+
+
+def test_nan_queries_propagate_nan():
+    ecdf = GroupedECDF.from_samples([np.array([1.0, 3.0])])
+    assert np.isnan(ecdf.cdf(0, np.nan))
+    assert np.isnan(ecdf.conditional_mean(0, np.nan))
+    assert np.isnan(ecdf.partial_mean(0, np.nan))
+    got = ecdf.cdf(0, [np.nan, -np.inf, 2.0, np.inf])
+    assert np.isnan(got[0]) and got[1:].tolist() == [0.0, 0.5, 1.0]
+    with pytest.raises(ValueError, match="NaN"):
+        ecdf.count_le(0, [1.0, np.nan])
+    assert ecdf.count_le(0, [np.inf, -np.inf]).tolist() == [2, 0]
+    win = Landscape.build(SampleSet([[1.0, 3.0], [2.0]]), [0, 0], 1.0)
+    cost = Landscape.build(SampleSet([[1.0], [2.0]]), [0, 0], 1.0)
+    assert np.isnan(win.cdf([0, 1], np.nan)).all()
+    assert np.isnan(win.partial_mean([0, 1], np.nan)).all()
+    got = expected_cost(win, cost, [0, 1], [np.nan, 2.5])
+    assert np.isnan(got[0]) and np.isfinite(got[1])
+
+
+def test_fixed_kappa_accepts_any_real_number_and_refuses_bools():
+    win = [np.array([1.0, 3.0, 6.0]), np.array([2.0, 4.0])]
+    cost = [np.array([1.0]), np.array([2.0])]
+    ev = _delivery([("a", "2026-01-08", 1000, 3.5, 400, 0.8), ("b", "2026-01-08", 10, 3.0, 5, 0.1)])
+    common = dict(methods=("blended",), add_references=False)
+    seg = {"s": [0, 0]}
+    ref = evaluate_sources(win, cost, seg, None, ev, ["a", "b"], kappa=5.0, **common)
+    for kap in (np.int64(5), np.float32(5.0), 5, np.uint8(5)):
+        got = evaluate_sources(win, cost, seg, None, ev, ["a", "b"], kappa=kap, **common)
+        pd.testing.assert_frame_equal(got.forecasts, ref.forecasts)
+        assert got.parameters["kappa"] == 5.0 and type(got.parameters["kappa"]) is float
+    inf = evaluate_sources(win, cost, seg, None, ev, ["a", "b"], kappa=np.inf, **common)
+    assert inf.mape["kappa_win"].iloc[0] == math.inf
+    for kap in (True, np.bool_(False), "CV", None):
+        with pytest.raises(TypeError, match="kappa must be 'cv' or a real number"):
+            evaluate_sources(win, cost, seg, None, ev, ["a", "b"], kappa=kap, **common)
+    for kap in (-1, np.float64(np.nan), -np.inf):
+        with pytest.raises(ValueError, match="kappa must be 'cv' or a number >= 0"):
+            evaluate_sources(win, cost, seg, None, ev, ["a", "b"], kappa=kap, **common)
+
+
+def test_fit_ses_rejects_a_degenerate_grid_and_no_days():
+    y = np.array([[1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match="n_grid must be >= 2"):
+        fit_ses(y, n_grid=1)
+    with pytest.raises(ValueError, match="n_refine must be >= 0"):
+        fit_ses(y, n_refine=-1)
+    with pytest.raises(TypeError, match="n_grid must be an integer"):
+        fit_ses(y, n_grid=5.5)
+    with pytest.raises(ValueError, match=r"y has no days \(shape \(2, 0\)\)"):
+        fit_ses(np.empty((2, 0)))
+    alpha, level = fit_ses(y, n_grid=2, n_refine=0)  # the smallest valid search still works
+    assert alpha.shape == level.shape == (1,) and np.isfinite(level).all()
+
+
+def test_landscape_refuses_out_of_range_or_fractional_advertiser_indices():
+    lsc = Landscape.build(SampleSet([[1.0], [2.0]]), [0, 1])
+    assert lsc.cdf(1, 1.5).tolist() == [0.0]
+    for adv in (-1, 2, [0, 5]):
+        with pytest.raises(IndexError, match=r"adv must be advertiser indices in 0\.\.1"):
+            lsc.cdf(adv, 1.5)
+        with pytest.raises(IndexError, match="adv must be advertiser indices"):
+            lsc.partial_mean(adv, 1.5)
+        with pytest.raises(IndexError, match="adv must be advertiser indices"):
+            expected_cost(lsc, lsc, adv, 1.5)
+    with pytest.raises(TypeError, match="adv must hold integers"):
+        lsc.cdf(0.5, 1.5)
+
+
+def test_pool_refuses_fractional_group_labels():
+    samples = SampleSet([[1.0], [2.0]])
+    with pytest.raises(TypeError, match="groups must hold integers; got 0.7"):
+        samples.pool(np.array([0.7, 1.2]))
+    whole = samples.pool(np.array([0.0, 1.0]))  # integral floats are fine
+    assert whole.counts.tolist() == [1, 1]
+    with pytest.raises(TypeError, match="group must hold integers"):
+        whole.cdf(0.5, 1.0)
+
+
+def test_kappa_selection_refuses_bids_of_the_wrong_length():
+    four = SampleSet([[1.0, 2, 3, 4], [2.0, 3, 4, 5]])
+    with pytest.raises(ValueError, match=r"bids must have one value per advertiser, shape \(2,\)"):
+        select_kappa(four, [0, 0], bids=[1.0, 2.0, 3.0], random_state=0)
+    with pytest.raises(ValueError, match="bids must have one value per advertiser"):
+        KappaSelector().fit(SampleSet([[], []]), bids=[1.0])
+    kap, _ = select_kappa(four, [0, 0], bids=[2.5, np.nan], random_state=0)
+    assert kap >= 0
+
+
+def test_segment_sizes_refuses_sample_sets_of_different_advertisers():
+    from adseg.forecast import segment_sizes
+
+    with pytest.raises(
+        ValueError, match="win and cost must hold the same advertisers; got 2 and 1"
+    ):
+        segment_sizes(SampleSet([[1.0], [2.0]]), SampleSet([[1.0]]), [0, 0])
+
+
+def test_forecasts_that_could_not_be_made_are_left_out_and_counted():
+    """README: an empty forecast is one adseg could not make (no supply history, with supply
+    "forecast"). Such rows are NaN in the forecasts frame, left out of the MAPE (which itself
+    refuses NaN) and counted in n_missing_forecast."""
+    win = [np.array([1.0, 3.0, 6.0]), np.array([2.0, 4.0])]
+    cost = [np.array([1.0]), np.array([2.0])]
+    train = _delivery(
+        [("a", "2026-01-01", 900, 3.0, 0, 0.0), ("a", "2026-01-02", 1100, 3.0, 0, 0.0)]
+    )
+    ev = _delivery([("a", "2026-01-08", 1000, 3.5, 400, 0.8), ("b", "2026-01-08", 10, 3.0, 5, 0.1)])
+    res = evaluate_sources(
+        win, cost, {"s": [0, 0]}, train, ev, ["a", "b"], supply="forecast", methods=("segment",),
+        add_references=False,
+    )  # fmt: skip
+    f = res.forecasts.set_index("advertiser_id")
+    assert np.isnan(f.loc["b", "impressions_forecast"]) and np.isnan(f.loc["b", "spend_forecast"])
+    row = res.mape.iloc[0]
+    assert row["n_missing_forecast"] == 1 and row["n_advertisers"] == 1
+    assert row["impressions_mape"] == pytest.approx(
+        abs(400 - f.loc["a", "impressions_forecast"]) / 400
+    )
+    # a NaN spend forecast beside a finite impressions forecast is left out of both MAPEs too
+    frame = res.forecasts.copy()
+    frame.loc[frame["advertiser_id"] == "b", "impressions_forecast"] = 5.0
+    s = score_forecasts(frame).iloc[0]
+    assert s["n_missing_forecast"] == 1 and s["n_advertisers"] == 1
+    assert np.isfinite(s["spend_mape"])

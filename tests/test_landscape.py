@@ -194,6 +194,16 @@ def test_ecdf_helpers():
     assert ecdf([])[0].size == 0
 
 
+def test_ecdf_values_propagates_nan_points():
+    """A NaN point is NaN (it used to read as F = 1: searchsorted sorts NaN last); ±inf are
+    ordinary points; the shape is kept."""
+    got = ecdf_values([1.0, 2.0, 3.0], [[np.nan, -np.inf], [np.inf, 2.0]])
+    assert got.shape == (2, 2)
+    assert np.isnan(got[0, 0])
+    np.testing.assert_array_equal(got.ravel()[1:], [0.0, 1.0, 2 / 3])
+    assert np.isnan(ecdf_values([1.0, 2.0, 3.0], [np.nan])).all()
+
+
 def test_critical_values():
     assert ks_critical_value(0.01) == pytest.approx(1.628, abs=1e-3)
     assert ks_critical_value(0.05) == pytest.approx(1.358, abs=1e-3)

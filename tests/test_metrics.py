@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from adseg.metrics import ari, clustering_accuracy, nmi
+from adseg.metrics import ari, clustering_accuracy, mape, mape_with_count, nmi, pair_consistency
 
 
 def _rename(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -79,3 +79,56 @@ def test_nmi_normalisations_are_ordered(seed):
     assert low <= nmi(a, b) + 1e-12
     assert nmi(a, b) <= high + 1e-12
     assert low < high
+
+
+# --------------------------------------------------------------------------------------------
+# MAPE and labelings: non-finite and empty inputs are errors, never a silent NaN / inf / class
+# --------------------------------------------------------------------------------------------
+
+
+def test_mape_hand_computed_and_zero_actuals_counted():
+    assert mape([100.0, 200.0], [110.0, 150.0]) == pytest.approx((0.1 + 0.25) / 2)
+    assert mape_with_count([0.0, 100.0, 0.0], [5.0, 90.0, 1.0]) == (pytest.approx(0.1), 2)
+
+
+@pytest.mark.parametrize(
+    ("y", "y_hat", "name"),
+    [
+        ([np.nan, 2.0], [1.0, 1.0], "y"),
+        ([1.0, 2.0], [1.0, np.nan], "y_hat"),
+        ([1.0, 2.0], [np.inf, 1.0], "y_hat"),
+        ([1.0, -np.inf], [1.0, 1.0], "y"),
+    ],
+)
+def test_mape_rejects_non_finite_values_naming_the_argument(y, y_hat, name):
+    with pytest.raises(ValueError, match=rf"^{name} has 1 non-finite value"):
+        mape(y, y_hat)
+    with pytest.raises(ValueError, match=rf"^{name} has 1 non-finite value"):
+        mape_with_count(y, y_hat)
+
+
+def test_mape_empty_input_and_all_zero_actuals_have_their_own_messages():
+    with pytest.raises(ValueError, match="empty input"):
+        mape([], [])
+    with pytest.raises(ValueError, match="every actual value is zero"):
+        mape([0.0, 0.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="same shape"):
+        mape([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize("score", [clustering_accuracy, nmi, ari])
+def test_scores_reject_missing_labels_naming_the_argument(score):
+    with pytest.raises(ValueError, match="y_true has 2 missing or non-finite"):
+        score([0, 1, np.nan, np.nan], [0, 1, 2, 2])
+    with pytest.raises(ValueError, match="y_pred has 1 missing or non-finite"):
+        score([0, 1, 2, 2], [0.0, 1.0, np.inf, 2.0])
+    with pytest.raises(ValueError, match="y_pred has 1 missing"):
+        score(["a", "b", "c"], np.array(["a", None, "c"], dtype=object))
+    # labels of any hashable kind still work: strings, floats that are whole numbers
+    assert score(["x", "y", "y"], [2.0, 5.0, 5.0]) == pytest.approx(1.0)
+
+
+def test_pair_consistency_rejects_nan_but_keeps_minus_one_as_left_out():
+    with pytest.raises(ValueError, match="b has 1 missing or non-finite"):
+        pair_consistency([0, 0, 1], [0.0, np.nan, 1.0])
+    assert pair_consistency([0, 0, 1, -1], [3, 3, 4, 4]) == (1.0, 0.0)
