@@ -9,12 +9,17 @@ Formats (DESIGN.md §3); prices are eCPM (currency per 1000 impressions), spend 
 * delivery: advertiser_id, date, bid_requests, bid_ecpm, impressions, spend
 
 Row numbers in error messages count data records from 1 (the header is not a row), so "row 3" is
-the third record of the file.
+the third record of the file. Rows are taken by position: whatever index a Parquet file stores is
+dropped on reading, and every typed frame is built from index-free arrays.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
+import re
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +50,8 @@ MAX_AMOUNT = 1e12
 to 9.2e12), and anything near that is a unit or parsing error upstream, not a price."""
 MAX_COUNT = 2**53
 """Largest count (bid requests, impressions) accepted: the largest whole number a float64 holds
-exactly, far above any day's traffic."""
+exactly, far above any day's traffic. CSV counts are parsed as exact integers, so 2**53 + 1 is
+refused, not rounded down to 2**53."""
 DATE_RANGE = ("2000-01-01", "2099-12-31")
 """Dates and timestamps accepted (inclusive, UTC): a delivery log is of real auctions, and a year
 like 0001, 1970 or 9999 is an exporter's placeholder that would move the default windows."""
@@ -115,6 +121,7 @@ def find_table_files(directory: Path) -> dict[str, Path]:
         elif paths:
             found[table] = paths[0]
     problems += _miscased_table_files(directory, found)
+    problems += _unsupported_table_files(directory)
     if not found and not problems:
         expected = ", ".join(f"{t}.csv[.gz]|.parquet" for t in TABLES)
         problems.append(Problem(str(directory), f"no ingest files found (expected {expected})"))
@@ -134,6 +141,24 @@ def _miscased_table_files(directory: Path, found: dict[str, Path]) -> list[Probl
     ]
 
 
+def _unsupported_table_files(directory: Path) -> list[Problem]:
+    """Files named for a table in a form ingest does not read (``delivery.csv.bz2``,
+    ``auctions.tsv``, ``advertisers.json``): skipping one would load the other tables and exit 0
+    without this one's rows. Files named for no table (``truth.csv``, ``README.txt``) are not
+    ingest's business; a mis-cased accepted name is left to ``_miscased_table_files``."""
+    accepted = {f"{t}{s}" for t in TABLES for s in SUFFIXES}
+    problems = []
+    for entry in sorted(directory.iterdir()):
+        name = entry.name.lower()
+        table = name.split(".", 1)[0]
+        if table in TABLES and name not in accepted:
+            forms = ", ".join(f"{table}{s}" for s in SUFFIXES)
+            problems.append(
+                Problem(str(entry), f"not a table file format ingest reads; use one of {forms}")
+            )
+    return problems
+
+
 def read_directory(directory: Path, known_advertisers: set[str] | frozenset = frozenset()):
     """Read and validate every table file in ``directory``. ``known_advertisers`` are the ids the
     database already has (auctions/delivery may refer to them). Returns an IngestBatch; raises
@@ -145,6 +170,8 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     for table, path in files.items():
         try:
             raw[table] = read_table_file(path)
+        except IngestError as exc:  # a rule broken while reading (rows longer than the header)
+            problems += exc.problems
         except UnicodeDecodeError as exc:
             problems.append(Problem(str(path), _not_utf8(path, exc)))
         except pd.errors.EmptyDataError:
@@ -182,25 +209,80 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
 
 
 def read_table_file(path: Path) -> pd.DataFrame:
-    """Read one file with every column as text (CSV) or as stored (Parquet), no NA guessing."""
+    """Read one file with every column as text (CSV) or as stored (Parquet), no NA guessing.
+
+    The frame is indexed 0..n-1 by position (a Parquet file's stored index is dropped, or made a
+    column again if it was a named one, as ``df.set_index("auction_id")`` writes) and header names
+    are stripped of surrounding spaces (``advertiser_id, name`` names the column ``name``). Raises
+    IngestError for a CSV row with more fields than the header."""
     path = Path(path)
-    if path.name.endswith(".parquet"):
-        return pd.read_parquet(path)
-    return pd.read_csv(
-        path,
-        dtype=str,
-        keep_default_na=False,
-        na_values=[],
-        encoding="utf-8",
-        compression="infer",
+    frame = _read_parquet(path) if path.name.endswith(".parquet") else _read_csv(path)
+    frame.columns = [_header_name(c) for c in frame.columns]
+    return frame
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(path)
+    named = [n for n in frame.index.names if n is not None and n not in frame.columns]
+    if named:
+        frame = frame.reset_index(level=named)
+    return frame.reset_index(drop=True)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """Read a CSV with its header row as the first row of data, so that pandas neither takes the
+    first column for an index when rows are one field longer than the header (a trailing comma
+    would shift every value one column left) nor drops extra fields: any row longer than the
+    header stops the parse, and the rows at fault are then found and reported."""
+    try:
+        cells = pd.read_csv(
+            path,
+            header=None,
+            index_col=False,
+            dtype=str,
+            keep_default_na=False,
+            na_values=[],
+            encoding="utf-8",
+            compression="infer",
+        )
+    except pd.errors.ParserError as exc:
+        if "fields in line" in str(exc) and (problem := _long_rows(path)):
+            raise IngestError([problem]) from exc
+        raise
+    frame = cells.iloc[1:].reset_index(drop=True)
+    frame.columns = list(cells.iloc[0])
+    return frame
+
+
+def _long_rows(path: Path) -> Problem | None:
+    """The records (data records from 1, blank lines skipped as pandas skips them) with more
+    fields than the header, found by a streaming pass of the csv module; None if there are none
+    (the parser failed for another reason)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    limit = csv.field_size_limit(2**31 - 1)  # a long description is not an error here
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as stream:
+            records = (r for r in csv.reader(stream) if r and (len(r) > 1 or r[0].strip()))
+            width = len(next(records, []))
+            long = np.array([len(r) > width for r in records], dtype=bool)
+    finally:
+        csv.field_size_limit(limit)
+    if not long.any():
+        return None
+    rule = (
+        f"more fields than the {width} of the header row (a trailing comma, or an unquoted comma "
+        "inside a field?); remove the extra fields or quote the field"
     )
+    return _rows_problem(str(path), long, rule)[0]
+
+
+def _header_name(name: object) -> str:
+    return "" if name is None or (isinstance(name, float) and np.isnan(name)) else str(name).strip()
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     """Where a CSV stops being UTF-8: the physical line (from 1, the header is line 1) and the
     byte, found by a second streaming pass over the file (one line in memory at a time)."""
-    import gzip
-
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as stream:
         for number, line in enumerate(stream, start=1):
@@ -216,7 +298,8 @@ def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame |
     problems = _check_columns(frame, "advertisers", file)
     if problems:
         return None, problems
-    out = pd.DataFrame(
+    frame = frame.reset_index(drop=True)  # rows by position, whatever index the caller's has
+    out = _frame(
         {
             "advertiser_id": _text(frame["advertiser_id"]),
             "name": _text(frame["name"]),
@@ -238,6 +321,7 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems = _check_columns(frame, "auctions", file)
     if problems:
         return None, problems
+    frame = frame.reset_index(drop=True)
     ids = _text(frame["auction_id"])
     adv = _text(frame["advertiser_id"])
     problems += _check_id(ids, "auction_id", file)
@@ -251,9 +335,12 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems += p
     won, p = _boolean(frame["won"], "won", file)
     problems += p
-    paid_text = _text(frame["paid_ecpm"])
-    paid_present = (paid_text.str.len() > 0).to_numpy() & ~frame["paid_ecpm"].isna().to_numpy()
-    paid, p = _price(frame["paid_ecpm"].where(paid_present, "0"), "paid_ecpm", file)
+    paid_column = frame["paid_ecpm"]
+    paid_text = _text(paid_column)
+    paid_present = (paid_text.str.len() > 0).to_numpy() & ~paid_column.isna().to_numpy()
+    # an absent price is 0 of the column's own kind, so a numeric column stays numeric
+    absent = 0 if pd.api.types.is_numeric_dtype(paid_column.dtype) else "0"
+    paid, p = _price(paid_column.where(paid_present, absent), "paid_ecpm", file)
     problems += p
     won_known = ~np.isnan(won)
     problems += _rows_problem(
@@ -262,15 +349,15 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems += _rows_problem(
         file, won_known & (won == 0) & paid_present, "paid_ecpm is given on a lost auction"
     )
-    out = pd.DataFrame(
+    out = _frame(
         {
             "auction_id": ids,
             "advertiser_id": adv,
             "ts": ts,
-            "bid_micros": _micros(bid),
-            "market_price_micros": _micros(market),
+            "bid_micros": bid,
+            "market_price_micros": market,
             "won": won == 1,
-            "paid_micros": pd.Series(_micros(paid), dtype="Int64").mask(~paid_present),
+            "paid_micros": pd.arrays.IntegerArray(paid, ~paid_present),
         }
     )
     problems += _check_duplicates(out, "auctions", file, _id_ok(ids))
@@ -281,31 +368,32 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     problems = _check_columns(frame, "delivery", file)
     if problems:
         return None, problems
+    frame = frame.reset_index(drop=True)
     adv = _text(frame["advertiser_id"])
     problems += _check_id(adv, "advertiser_id", file)
     dates, p = _dates(frame["date"], "date", file)
     problems += p
     problems += _rows_problem(file, _outside_date_range(dates), _DATE_RANGE_RULE.format("date"))
-    requests, p = _count(frame["bid_requests"], "bid_requests", file)
+    requests, requests_ok, p = _count(frame["bid_requests"], "bid_requests", file)
     problems += p
-    impressions, p = _count(frame["impressions"], "impressions", file)
+    impressions, impressions_ok, p = _count(frame["impressions"], "impressions", file)
     problems += p
     bid, p = _price(frame["bid_ecpm"], "bid_ecpm", file)
     problems += p
     spend, p = _price(frame["spend"], "spend", file)
     problems += p
-    both = ~np.isnan(requests) & ~np.isnan(impressions)
+    both = requests_ok & impressions_ok
     problems += _rows_problem(
         file, both & (impressions > requests), "impressions exceed bid_requests"
     )
-    out = pd.DataFrame(
+    out = _frame(
         {
             "advertiser_id": adv,
             "date": dates.dt.date,
-            "bid_requests": np.nan_to_num(requests).astype(np.int64),
-            "bid_micros": _micros(bid),
-            "impressions": np.nan_to_num(impressions).astype(np.int64),
-            "spend_micros": _micros(spend),
+            "bid_requests": requests,
+            "bid_micros": bid,
+            "impressions": impressions,
+            "spend_micros": spend,
         }
     )
     valid_key = _id_ok(adv) & dates.notna().to_numpy()
@@ -354,14 +442,34 @@ def _outside_date_range(values: pd.Series) -> np.ndarray:
     return ((days < first) | (days > last)).fillna(False).to_numpy(dtype=bool)
 
 
+def _frame(columns: dict[str, object]) -> pd.DataFrame:
+    """A frame from columns taken by position: a Series gives up its index first, so that one
+    whose labels differ from the others' (or repeat) can never be aligned by label into the
+    wrong rows."""
+    return pd.DataFrame(
+        {name: (c.array if isinstance(c, pd.Series) else c) for name, c in columns.items()}
+    )
+
+
 def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
-    missing = [c for c in COLUMNS[table] if c not in frame.columns]
+    names = list(frame.columns)
+    missing = [c for c in COLUMNS[table] if c not in names]
     if missing:
         return [Problem(file, f"missing required column(s): {', '.join(missing)}")]
+    repeated = [c for c in COLUMNS[table] if names.count(c) > 1]
+    if repeated:  # which of the two is meant cannot be told
+        return [Problem(file, f"column(s) named twice in the header: {', '.join(repeated)}")]
     return []
 
 
 def _text(series: pd.Series) -> pd.Series:
+    """Trimmed text of a column; empty where missing. A float column's whole numbers read as
+    integers ("101", not "101.0"): a Parquet integer id column with a null in it is stored or
+    read as float, and its ids must still match the same ids written as integers elsewhere."""
+    if pd.api.types.is_float_dtype(series.dtype):
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        whole = np.isfinite(values) & (np.abs(values) < MAX_COUNT) & (values == np.round(values))
+        series = series.astype(object).where(~whole, np.where(whole, values, 0).astype(np.int64))
     return series.astype(object).where(series.notna(), "").astype(str).str.strip()
 
 
@@ -383,26 +491,149 @@ def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
 
 
 def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
-    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+    """A money column (prices in eCPM, spend in currency) as int64 micros, 0 on refused rows,
+    and the problems. Text (CSV, a Parquet string or decimal column) is converted exactly, see
+    ``_text_micros``; a Parquet float is binary already and is rounded to the nearest micro."""
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
+    negative = ~bad & (values < 0)
+    above = ~bad & (values > MAX_AMOUNT)
+    ok = ~bad & ~negative & ~above
+    micros = np.zeros(len(values), dtype=np.int64)
+    if pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        micros[ok] = values[ok].astype(np.int64) * MICROS  # whole and ≤ 1e12: exact in float
+    elif pd.api.types.is_float_dtype(series.dtype):
+        micros[ok] = np.round(values[ok] * MICROS).astype(np.int64)
+    else:
+        micros[ok], parsed = _text_micros(series[ok], values[ok])
+        bad[np.flatnonzero(ok)[~parsed]] = True
     problems = _rows_problem(file, bad, f"{column} is not a finite number")
-    problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
-    problems += _rows_problem(
-        file, ~bad & (values > MAX_AMOUNT), f"{column} is above {MAX_AMOUNT:.0e} (implausible)"
-    )
-    return values, problems
+    problems += _rows_problem(file, negative, f"{column} is negative")
+    problems += _rows_problem(file, above, f"{column} is above {MAX_AMOUNT:.0e} (implausible)")
+    return micros, problems
 
 
-def _count(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
-    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values != np.round(values))
+_EXACT_BELOW = 2.0**40
+"""Below this many micros (about 1.1 million currency), a float parse of a decimal text, scaled
+by 1e6, is within 2**-12 of the exact decimal value times 1e6 (two roundings of 2**-53 each)."""
+_TIE_MARGIN = 1e-3
+"""Scaled values nearer than this to a half micro are settled exactly, from their text."""
+
+
+def _text_micros(texts: pd.Series, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact micros of decimal texts (or Decimal objects) that parsed as finite, non-negative
+    ``values`` of at most MAX_AMOUNT.
+
+    Money is stored exactly, so the decimal value, not its nearest float, is what is rounded: to
+    the nearest micro, a half micro to the even one (``ROUND_HALF_EVEN``; a value with more than 6
+    decimal places is rounded, not refused). Where the float is provably enough it is used: below
+    ``_EXACT_BELOW`` micros its error is far below the margin kept from a half micro, so the
+    nearest whole micro of the float is that of the decimal. The rest (large amounts, values
+    within ``_TIE_MARGIN`` of a half micro) are rounded from their digits, see ``_digits_micros``.
+    Returns the micros and a mask of the rows parsed (False: not a plain decimal number).
+    """
+    scaled = values * MICROS
+    micros = np.round(scaled)
+    settled = (np.abs(scaled) < _EXACT_BELOW) & (0.5 - np.abs(scaled - micros) > _TIE_MARGIN)
+    out = micros.astype(np.int64)
+    parsed = np.ones(len(values), dtype=bool)
+    rest = np.flatnonzero(~settled)
+    if rest.size:
+        out[rest], parsed[rest] = _digits_micros(_text(texts.iloc[rest]))
+    return out, parsed
+
+
+def _digits_micros(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Micros of non-negative decimal texts, rounded half-even from the digits themselves
+    (vectorised; ``12.3456785`` is 12345678 micros, ``12.3456795`` is 12345680). Texts with an
+    exponent go through ``decimal`` one by one. Returns the micros and the mask of rows parsed."""
+    parts = text.str.extract(r"^\+?([0-9]*)(?:\.([0-9]*))?$")
+    plain = parts[0].notna().to_numpy(dtype=bool)
+    whole = parts[0].fillna("").str.rjust(1, "0").to_numpy(dtype=object)
+    fraction = parts[1].fillna("").str.ljust(6, "0")
+    beyond = fraction.str.slice(6).str.rstrip("0")  # digits past the micro, as a decimal
+    floor = whole.astype(np.int64) * MICROS + fraction.str.slice(0, 6).astype(np.int64).to_numpy()
+    tie = (beyond == "5").to_numpy(dtype=bool)
+    up = (beyond > "5").to_numpy(dtype=bool)  # as strings: "51" and "6" are above, "49" below
+    out = floor + up + (tie & (floor % 2 == 1))
+    parsed = plain.copy()
+    for i in np.flatnonzero(~plain):
+        number = _decimal(text.iloc[i])
+        if number is not None:
+            out[i] = int(number.scaleb(6).to_integral_value(rounding=ROUND_HALF_EVEN))
+            parsed[i] = True
+    return out, parsed
+
+
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""A plain decimal number: ASCII digits, optional sign, point and exponent. Narrower than what
+``Decimal`` takes (no other scripts' digits, no ``1_000``), as the float parser is."""
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+"""Integer texts that int64 holds (18 digits): converted in one vectorised step."""
+
+
+def _decimal(value: object) -> Decimal | None:
+    """A finite Decimal from a Decimal object or a plain decimal text; None otherwise."""
+    if isinstance(value, Decimal):
+        return value if value.is_finite() else None
+    text = str(value).strip()
+    if not _DECIMAL_TEXT.fullmatch(text):
+        return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # not expected after the pattern; refused all the same
+        return None
+
+
+def _count(
+    series: pd.Series, column: str, file: str
+) -> tuple[np.ndarray, np.ndarray, list[Problem]]:
+    """A count column as int64 (0 on refused rows), the mask of rows accepted, and the problems.
+
+    Text is parsed as an exact integer (``1000``; ``1e3`` or ``1000.0`` too, through ``decimal``:
+    whole is whole), never through float64, so ``9007199254740993`` is refused as above 2**53
+    instead of stored as 2**53. Integer columns are taken as they are; a float column (Parquet)
+    holds whole numbers exactly up to 2**53."""
+    n = len(series)
+    bad = np.zeros(n, dtype=bool)
+    negative = np.zeros(n, dtype=bool)
+    above = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
+    if pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        bad = series.isna().to_numpy()
+        ints = series.where(~bad, 0).to_numpy().astype(object)  # Python ints compare exactly
+        negative = ~bad & (ints < 0).astype(bool)
+        above = ~bad & (ints > MAX_COUNT).astype(bool)
+        ok = ~bad & ~negative & ~above
+        counts[ok] = ints[ok].astype(np.int64)
+    elif pd.api.types.is_float_dtype(series.dtype):
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(values) | (values != np.round(values))
+        negative = ~bad & (values < 0)
+        above = ~bad & (values > MAX_COUNT)
+        ok = ~bad & ~negative & ~above
+        counts[ok] = values[ok].astype(np.int64)
+    else:
+        text = _text(series)
+        plain = text.str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool, na_value=False)
+        counts[plain] = text[plain].astype(np.int64).to_numpy()
+        for i in np.flatnonzero(~plain):
+            number = _decimal(text.iloc[i])
+            if number is None or number != number.to_integral_value():
+                bad[i] = True
+            elif number.adjusted() > 17:  # beyond 2**53 and near int64's end: no int built
+                above[i] = number > 0
+                negative[i] = number < 0
+            else:
+                counts[i] = int(number)
+        negative |= counts < 0
+        above |= counts > MAX_COUNT
+        ok = ~bad & ~negative & ~above
+        counts[~ok] = 0
     problems = _rows_problem(file, bad, f"{column} is not a whole number")
-    problems += _rows_problem(file, ~bad & (values < 0), f"{column} is negative")
-    problems += _rows_problem(
-        file, ~bad & (values > MAX_COUNT), f"{column} is above {MAX_COUNT:,} (implausible)"
-    )
-    values = np.where(bad, np.nan, values)
-    return values, problems
+    problems += _rows_problem(file, negative, f"{column} is negative")
+    problems += _rows_problem(file, above, f"{column} is above {MAX_COUNT:,} (implausible)")
+    return counts, ok, problems
 
 
 def _boolean(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:
@@ -413,10 +644,6 @@ def _boolean(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, lis
     out[text.isin(_TRUE).to_numpy()] = 1.0
     out[text.isin(_FALSE).to_numpy()] = 0.0
     return out, _rows_problem(file, np.isnan(out), f"{column} is not a boolean (true/false)")
-
-
-def _micros(values: np.ndarray) -> np.ndarray:
-    return np.round(np.nan_to_num(values, nan=0.0, posinf=0.0) * MICROS).astype(np.int64)
 
 
 def _check_duplicates(

@@ -546,3 +546,178 @@ def test_parquet_timestamps_with_a_time_of_day_are_not_dates(tmp_path):
         f"{directory / 'delivery.parquet'}: row 1: date is outside 2000-01-01 … 2099-12-31 "
         "(a placeholder date?)",
     ]
+
+
+# --- QA findings: rows by position, long rows, unsupported files, exact numbers, headers, ids ---
+
+AUCTIONS_TYPED = AUCTIONS.assign(
+    bid_ecpm=AUCTIONS["bid_ecpm"].astype(float),
+    market_price_ecpm=AUCTIONS["market_price_ecpm"].astype(float),
+    won=AUCTIONS["won"] == "true",
+    paid_ecpm=pd.to_numeric(AUCTIONS["paid_ecpm"]),
+)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        AUCTIONS_TYPED.sort_values("ts", ascending=False),  # index 3, 2, 1, 0
+        pd.concat([AUCTIONS_TYPED.iloc[:2], AUCTIONS_TYPED.iloc[2:].reset_index(drop=True)]),
+        AUCTIONS_TYPED.set_index("auction_id"),  # the key stored as a named index
+    ],
+    ids=["sorted", "concatenated", "named-index"],
+)
+def test_parquet_rows_are_read_by_position_whatever_index_the_file_stores(
+    engine, db_url, tmp_path, stored
+):
+    """Each auction keeps its own prices: the stored index is not used to line columns up."""
+    directory = write_dir(tmp_path / "in", auctions=None)
+    stored.to_parquet(directory / "auctions.parquet")  # index=None: pandas stores the index
+    result = ingest(db_url, directory)
+    assert result.exit_code == 0, result.output
+    got = reads.auctions(engine).set_index("auction_id").sort_index()
+    assert got["advertiser_id"].tolist() == ["adv-1", "adv-1", "adv-2", "adv-3"]
+    assert got["bid_ecpm"].tolist() == [2.5, 2.5, 1.0, 7.25]
+    assert got["market_price_ecpm"].tolist() == [1.2, 3.0, 0.5, 7.25]
+    assert got["won"].tolist() == [True, False, True, True]
+    assert got["paid_ecpm"].isna().tolist() == [False, True, False, False]
+
+
+def test_validators_take_rows_by_position(tmp_path):
+    from adseg.ingest import validate_auctions, validate_delivery
+
+    shuffled = AUCTIONS.set_axis([7, 3, 3, 0])
+    out, problems = validate_auctions(shuffled, "auctions.csv")
+    assert problems == []
+    assert out["auction_id"].tolist() == ["a1", "a2", "a3", "a4"]
+    assert out["bid_micros"].tolist() == [2_500_000, 2_500_000, 1_000_000, 7_250_000]
+    assert out["paid_micros"].isna().tolist() == [False, True, False, False]
+    out, problems = validate_delivery(DELIVERY.set_axis([2, 1, 0]), "delivery.csv")
+    assert problems == [] and out["spend_micros"].tolist() == [520_000, 30_000, 0]
+
+
+def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path):
+    """A trailing comma made pandas take the first column for an index: id "Trailing Co"."""
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id,name,description\ntc-1,Trailing Co,some text,\ntc-2,Two,more,\n"
+    )
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv'}: rows 1, 2: more fields than the 3 of the header row "
+        "(a trailing comma, or an unquoted comma inside a field?); remove the extra fields or "
+        "quote the field"
+    ]
+    # a later record, after a quoted line break and a blank line, is counted as a record
+    text = 'advertiser_id,name,description\nx1,"Two\nlines",d\n\nx2,Acme, Inc,d\n'
+    with gzip.open(directory / "advertisers.csv.gz", "wt", encoding="utf-8") as fh:
+        fh.write(text)
+    (directory / "advertisers.csv").unlink()
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv.gz'}: row 2: more fields than the 3 of the header row "
+        "(a trailing comma, or an unquoted comma inside a field?); remove the extra fields or "
+        "quote the field"
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["delivery.csv.bz2", "delivery.csv.zip", "auctions.tsv", "advertisers.json", "auctions.csv.xz"],
+)
+def test_a_table_file_in_a_format_ingest_does_not_read_is_refused(engine, db_url, tmp_path, name):
+    directory = write_dir(tmp_path / "in")
+    table = name.split(".")[0]
+    (directory / f"{table}.csv").rename(directory / name)
+    for other in ("truth.csv", "config.json", "README.txt"):  # named for no table: ignored
+        (directory / other).write_text("x\n")
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 2, result.output
+    forms = f"{table}.csv, {table}.csv.gz, {table}.parquet"
+    assert f"{name}: not a table file format ingest reads; use one of {forms}" in (
+        result.output.replace("\n", "")
+    )
+    assert "truth.csv" not in result.output and "config.json" not in result.output
+    assert reads.table_counts(engine) == {t: 0 for t in reads.table_counts(engine)}
+    (directory / name).rename(directory / f"{table}.csv")
+    assert ingest(db_url, directory).exit_code == 0
+
+
+def test_counts_and_money_are_exact_from_the_text(engine, db_url, tmp_path):
+    """Counts above 2**53 are refused, not rounded to it; money keeps every micro (float64 would
+    store 123456789012.345678 as …345680), and is rounded to the micro half-even."""
+    from sqlalchemy import text as sql
+
+    from adseg.ingest import read_directory
+
+    big = DELIVERY.assign(bid_requests=["9007199254740993", "100", "0"])
+    problems = _problems(write_dir(tmp_path / "count", delivery=big))
+    assert problems == [
+        f"{tmp_path / 'count' / 'delivery.csv'}: row 1: bid_requests is above "
+        "9,007,199,254,740,992 (implausible)"
+    ]
+    money = DELIVERY.assign(
+        bid_requests=["9007199254740992", "1e3", "5"],
+        spend=["123456789012.345678", "0.0000015", "12.3456785"],
+        bid_ecpm=["999999999999.9999985", "0.0000025", "0.00000150001"],
+    )
+    batch = read_directory(write_dir(tmp_path / "money", delivery=money))
+    assert batch.delivery["bid_requests"].tolist() == [2**53, 1000, 5]
+    assert batch.delivery["spend_micros"].tolist() == [123456789012345678, 2, 12345678]
+    assert batch.delivery["bid_micros"].tolist() == [999999999999999998, 2, 2]
+    assert ingest(db_url, tmp_path / "money").exit_code == 0
+    with engine.connect() as conn:
+        stored = conn.execute(sql("SELECT spend_micros FROM delivery ORDER BY spend_micros"))
+        assert [r[0] for r in stored] == [2, 12345678, 123456789012345678]
+
+
+def test_parquet_decimal_money_is_exact(tmp_path):
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from adseg.ingest import read_directory
+
+    directory = write_dir(tmp_path / "in", delivery=None)
+    table = pa.Table.from_pandas(DELIVERY.drop(columns=["spend"]), preserve_index=False)
+    spend = [decimal.Decimal(v) for v in ("123456789012.345678", "0.000002", "1.5")]
+    table = table.append_column("spend", pa.array(spend, pa.decimal128(18, 6)))
+    pq.write_table(table, directory / "delivery.parquet")
+    batch = read_directory(directory)
+    assert batch.delivery["spend_micros"].tolist() == [123456789012345678, 2, 1_500_000]
+
+
+def test_header_names_are_trimmed(engine, db_url, tmp_path):
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id, name , description\nsp-1,Spaced,text\n"
+    )
+    result = ingest(db_url, directory)
+    assert result.exit_code == 0, result.output
+    assert reads.advertisers(engine)["name"].tolist() == ["Spaced"]
+    # trimming may make two names one: which column is meant cannot be told
+    (directory / "advertisers.csv").write_text("advertiser_id,name, name,description\nx,a,b,c\n")
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv'}: column(s) named twice in the header: name"
+    ]
+
+
+def test_parquet_integer_ids_read_as_float_are_whole_numbers(engine, db_url, tmp_path):
+    """An integer column with a null is stored as float: ids 101.0 are still advertiser 101."""
+    advertisers = pd.DataFrame({"advertiser_id": [101, 102], "name": ["A", "B"], "description": ""})
+    delivery = DELIVERY.iloc[:2].assign(advertiser_id=[101.0, 102.0])
+    directory = write_dir(
+        tmp_path / "in", "parquet", advertisers=advertisers, auctions=None, delivery=delivery
+    )
+    result = ingest(db_url, directory)
+    assert result.exit_code == 0, result.output
+    assert reads.delivery(engine)["advertiser_id"].tolist() == ["101", "102"]
+    # the null is reported as an empty id, and only it: the other ids are known
+    delivery = DELIVERY.iloc[:2].assign(advertiser_id=[101.0, None])
+    directory = write_dir(
+        tmp_path / "null", "parquet", advertisers=advertisers, auctions=None, delivery=delivery
+    )
+    assert _problems(directory) == [
+        f"{directory / 'delivery.parquet'}: row 2: advertiser_id is empty"
+    ]
