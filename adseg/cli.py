@@ -555,8 +555,7 @@ def nightly(
     if supply not in ("actual", "forecast", "both"):
         raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
     reports = {"html": report_html, "json": report_json}
-    for fmt, path in reports.items():
-        _check_output(path, f"--report-{fmt}")
+    _check_outputs({f"--report-{fmt}": path for fmt, path in reports.items()}, database_url_)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
     config = NightlyConfig(
         fusers=tuple(fuser) if fuser else None,
@@ -853,7 +852,7 @@ def report(
     fmt = fmt or _format_of(output)
     if fmt not in REPORT_FORMATS.values():
         raise CliError(f"--format must be html, json or csv; got {fmt!r}")
-    _check_output(output, "--output")
+    _check_outputs({"--output": output}, database_url_)
     engine = _engine(database_url_)
     _require_schema(engine)
     try:
@@ -887,6 +886,27 @@ def _render_report(engine, run_id: int, fmt: str) -> str:
 def _write_report(engine, run_id: int, fmt: str, path: Path) -> None:
     """Render, then write atomically: a failed render leaves no file at all."""
     _write_atomic(path, _render_report(engine, run_id, fmt))
+
+
+def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:
+    """``_check_output`` for each report path, and two rules across them: no report may be
+    written over the SQLite database (or its journal files) — a typo such as ``-o adseg.db`` for
+    ``adseg.json`` would replace every run and every ingested row with a report — and two
+    reports may not share one file (the second would silently replace the first)."""
+    taken: dict[str, str] = {}
+    database = sqlite_file(database_url(url_flag))
+    if database is not None:
+        real = os.path.realpath(database)
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            taken[real + suffix] = f"the database {database}{suffix}"
+    for option, path in paths.items():
+        _check_output(path, option)
+        if path is None or _descriptor_of(path) is not None:
+            continue
+        real = os.path.realpath(path)
+        if real in taken:
+            raise CliError(f"{option} {path} is {taken[real]}; give the report another name")
+        taken[real] = f"also given to {option}"
 
 
 def _check_output(path: Path | None, option: str) -> None:

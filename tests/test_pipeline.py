@@ -418,6 +418,34 @@ def test_output_paths_are_checked_before_any_work(engine, db_url, tmp_path):
     assert a_file.read_text(encoding="utf-8") == "x"
 
 
+def test_a_report_is_never_written_over_the_database_or_the_other_report(market_dir, tmp_path):
+    """``-o adseg.db`` for ``adseg.json`` used to replace the whole database with a report
+    (a SQLite file: a server database cannot be a path)."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    db = tmp_path / "adseg.db"
+    url = f"sqlite:///{db}"
+    loaded = make_engine(url)
+    migrate.upgrade(loaded)
+    write_batch(loaded, read_directory(market_dir))
+    pipeline.run_nightly(loaded, config=_config(market_dir))
+    before = db.read_bytes()
+    for args in (
+        ["report", "--output", str(db)],
+        ["report", "--output", str(tmp_path / "adseg.db-wal")],
+        ["nightly", "-q", "--fuser", "l2", "--report-json", str(db)],
+    ):
+        res = runner.invoke(app, [*args, "--database-url", url])
+        assert res.exit_code == 2 and "is the database" in res.output, res.output
+    assert db.read_bytes() == before and len(store.list_runs(loaded)) == 1
+    same = tmp_path / "r.out"
+    args = ["nightly", "-q", "--fuser", "l2", "--report-json", str(same), "--report-html"]
+    res = runner.invoke(app, [*args, str(same), "--database-url", url])
+    assert res.exit_code == 2 and "also given to --report-html" in res.output, res.output
+    assert not same.exists() and len(store.list_runs(loaded)) == 1
+
+
 def test_a_failed_write_leaves_the_old_file_and_names_it(tmp_path, monkeypatch):
     from pathlib import Path
 
