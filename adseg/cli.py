@@ -81,6 +81,12 @@ MinSamples = Annotated[
 RUN_ID = {"min": 1, "max": 2**63 - 1}  # the databases' BIGINT range (larger cannot be bound)
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
+RunSeed = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of every random step (default: the run's own seed).", min=0, max=2**32 - 1
+    ),
+]
 
 
 class CliError(Exception):
@@ -758,7 +764,7 @@ def segment_command(
         list[str] | None, typer.Option("--fuser", help="Fuser(s) (repeatable; default all).")
     ] = None,
     segments: Annotated[int | None, typer.Option(help="Number of segments.", min=1)] = None,
-    seed: Seed = 0,
+    seed: RunSeed = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -773,7 +779,10 @@ def segment_command(
     _require_schema(engine)
     names = tuple(fuser) if fuser else None
     config = NightlyConfig(
-        fusers=names, primary_fuser=(names or ("rcc",))[0], n_segments=segments, seed=seed
+        fusers=names,
+        primary_fuser=(names or ("rcc",))[0],
+        n_segments=segments,
+        seed=_run_seed(engine, run, seed),
     )
     config.fuser_names()
     try:
@@ -797,6 +806,20 @@ def segment_command(
         )
 
 
+def _run_seed(engine, run_id: int, seed: int | None) -> int:
+    """The seed a stage run again on ``run_id`` uses: ``seed`` when given, else the run's own,
+    so that `segment` and `forecast` without --seed remake what the nightly made."""
+    from adseg.store.results import RunNotFoundError, get_run
+
+    if seed is not None:
+        return seed
+    try:
+        stored = get_run(engine, run_id)["seed"]
+    except RunNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    return 0 if stored is None else int(stored)
+
+
 @app.command("forecast")
 @handle_errors
 def forecast_command(
@@ -804,7 +827,7 @@ def forecast_command(
         int, typer.Option("--run", help="Run whose segments to forecast with.", **RUN_ID)
     ],
     supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
-    seed: Seed = 0,
+    seed: RunSeed = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -816,8 +839,9 @@ def forecast_command(
         raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
     engine = _engine(database_url_)
     _require_schema(engine)
+    config = NightlyConfig(seed=_run_seed(engine, run, seed), supply=supply)
     try:
-        result = run_forecast(engine, run, NightlyConfig(seed=seed, supply=supply))
+        result = run_forecast(engine, run, config)
     except RunLockedError as exc:
         _fail(str(exc), EXIT_TEMPFAIL)
     except RunNotFoundError as exc:

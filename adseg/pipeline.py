@@ -19,7 +19,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -229,13 +229,20 @@ def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) ->
 def _require_window_data(windows: Windows, n_train_samples: int, n_eval_delivery: int) -> None:
     """Raise ValueError naming the window when the evaluation window has no delivery rows or the
     training window no auction samples."""
+    # without dates the windows are the last 14 calendar days of the data, which may lie in a gap
+    other = (
+        " (windows given by no dates are the last 14 calendar days of the delivery data, 7 + 7;"
+        " choose others with --train-start/--train-end/--eval-start/--eval-end)"
+    )
     if n_eval_delivery == 0:
         raise ValueError(
-            f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}."
+            f"no delivery rows in the evaluation window {windows.eval_start}..{windows.eval_end}"
+            + other
         )
     if n_train_samples == 0:
         raise ValueError(
-            f"no auction samples in the training window {windows.train_start}..{windows.train_end}."
+            f"no auction samples in the training window {windows.train_start}.."
+            f"{windows.train_end}" + other
         )
 
 
@@ -335,38 +342,93 @@ def fuse(
                 progress(f"fusing with {name}")
             record(name, lambda name=name: _fit_one(name, labels, n_segments, seed))
         return segmentations, seconds, errors
-    import multiprocessing
-
     if progress:
         progress(f"fusing with {', '.join(names)} ({n_jobs} processes)")
     # slowest first, so the two workers finish close together (costs measured at n = 1,268)
     slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
-    # multiprocessing.Pool, not concurrent.futures: leaving its block terminates the workers, so
-    # an interrupted run (Ctrl-C, SIGTERM, a failing primary fuser) stops at once instead of
-    # waiting for the fits in flight (lta: tens of seconds) or leaving them orphaned
-    with multiprocessing.Pool(n_jobs, initializer=_worker_init) as pool:
-        pending = {n: pool.apply_async(_fit_one, (n, labels, n_segments, seed)) for n in slow_first}
-        for name, result in pending.items():
-            record(name, lambda result=result: _wait_for(result))
+    # closing(): a failing primary fuser raised by record() stops the other workers at once
+    with closing(_fit_in_processes(slow_first, labels, n_segments, seed, n_jobs)) as finished:
+        for name, outcome in finished:
+            record(name, outcome)
     return {n: segmentations[n] for n in names if n in segmentations}, seconds, errors
 
 
-def _wait_for(result, poll_seconds: float = 0.5):
-    """A worker's result; meanwhile a stop signal whose exception was lost (the pool's fork
-    runs at-fork hooks, where Python only prints exceptions) still stops the run."""
-    import multiprocessing
+def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, poll: float = 0.5):
+    """Fit the fusers ``names`` in at most ``n_jobs`` worker processes at a time; yields
+    (name, outcome) as each finishes, outcome() returning (labels, seconds) or raising the
+    worker's exception.
 
-    while True:
-        check_pending()
-        try:
-            return result.get(timeout=poll_seconds)
-        except multiprocessing.TimeoutError:
-            pass
+    One process and one pipe per fuser, not a multiprocessing.Pool: a Pool's idle workers wait
+    for tasks holding a lock they share, and a stop signal sent to the whole process group (a
+    terminal's hang-up, systemd's control-group kill, ``kill -- -PGID``) kills such a worker
+    while it holds it; the Pool's terminate() then waits for that lock for ever, and the run
+    hung holding the nightly lock. Here nothing is shared: whatever ends the loop (Ctrl-C,
+    SIGTERM, a failing primary fuser raised by the caller) kills and reaps the workers still
+    running. Results are awaited in short polls so that a stop signal whose exception was lost
+    (at-fork hooks swallow exceptions) still stops the stage (interrupts.check_pending)."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    waiting, running = list(names), {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < n_jobs:
+                name = waiting.pop(0)
+                receive, send = multiprocessing.Pipe(duplex=False)
+                args = (send, name, labels, n_segments, seed)
+                worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
+                worker.start()
+                send.close()  # the worker's end: EOF here once the worker is gone
+                running[receive] = (name, worker)
+            check_pending()
+            for receive in wait(list(running), timeout=poll):
+                name, worker = running.pop(receive)
+                yield name, _worker_outcome(name, receive, worker)
+    finally:
+        for receive, (_, worker) in running.items():
+            worker.kill()
+            worker.join()
+            receive.close()
+
+
+def _worker_outcome(name: str, receive, worker) -> Callable:
+    """The outcome of a finished worker (see ``_fit_in_processes``); closes its pipe."""
+    try:
+        status, payload = receive.recv()
+    except EOFError:  # it died without a word (killed, out of memory)
+        worker.join()
+        status = "error"
+        payload = RuntimeError(f"the {name} worker process died (exit code {worker.exitcode})")
+    finally:
+        receive.close()
+    worker.join()
+    if status == "error":
+
+        def outcome():
+            raise payload
+
+        return outcome
+    return lambda: payload
+
+
+def _fuser_worker(send, name: str, labels: np.ndarray, n_segments: int, seed: int) -> None:
+    """A worker process's body: one fuser's (labels, seconds), or its exception, sent back."""
+    _worker_init()
+    try:
+        message = ("ok", _fit_one(name, labels, n_segments, seed))
+    except Exception as exc:
+        message = ("error", exc)
+    try:
+        send.send(message)
+    except Exception as exc:  # an exception that does not pickle
+        send.send(("error", RuntimeError(f"{type(message[1]).__name__}: {message[1]}; {exc}")))
+    finally:
+        send.close()
 
 
 def _worker_init() -> None:
     """In each fuser worker: Ctrl-C (SIGINT to the whole process group) is the parent's to
-    handle — it marks the run failed and terminates the workers — so a worker ignores it rather
+    handle — it marks the run failed and kills the workers — so a worker ignores it rather
     than print its own traceback; SIGTERM and SIGHUP get their default actions back (the parent's
     handlers are inherited by fork); and on Linux the worker is sent SIGTERM if the parent dies
     (kill -9), so no orphan keeps computing."""
@@ -739,11 +801,17 @@ def run_segment(
 
 def _segment_parameters(stored: dict, config: NightlyConfig, fused: list[str], k: int) -> dict:
     """A run's parameters after ``adseg segment``: the fusers whose segments it now holds (those
-    kept from before, then the new), a primary fuser among them, the new number of segments; truth
-    ARIs of replaced segmentations are dropped (they scored the old segments)."""
+    kept from before, then the new), a primary fuser among them, the new number of segments (and
+    each fuser's in ``resolved.n_segments_by_fuser``: a fuser not re-run keeps its K); truth ARIs
+    of replaced segmentations are dropped (they scored the old segments)."""
     fusers = list(dict.fromkeys([*(stored.get("fusers") or []), *fused]))
     primary = stored.get("primary_fuser")
     resolved = dict(stored.get("resolved") or {})
+    # each fuser's K: fusers not re-run keep the segments (and K) they had
+    by_fuser = resolved.get("n_segments_by_fuser") or dict.fromkeys(
+        stored.get("fusers") or [], resolved.get("n_segments")
+    )
+    resolved["n_segments_by_fuser"] = by_fuser | dict.fromkeys(fused, k)
     if resolved.get("truth_ari"):
         replaced = set(fused) | set(SINGLE_VIEW_SOURCES)
         kept = {s: v for s, v in resolved["truth_ari"].items() if s not in replaced}
@@ -752,6 +820,7 @@ def _segment_parameters(stored: dict, config: NightlyConfig, fused: list[str], k
         "fusers": fusers,
         "primary_fuser": primary if primary in fusers else config.primary_fuser,
         "n_segments": config.n_segments,
+        "segment_seed": config.seed,  # the run's "seed" made its views
         "resolved": resolved | {"n_segments": k},
     }
 
@@ -772,7 +841,7 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result, {"supply": config.supply}
+        return result, {"supply": config.supply, "forecast_seed": config.seed}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

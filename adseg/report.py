@@ -91,7 +91,9 @@ render_json schema, version 1. Numbers are JSON numbers; NaN, +inf and -inf are 
   "parameters":   object of run parameters (as given),
   "seed":         integer or null,
   "code_version": string or null,
-  "timings":      {stage: seconds},
+  "timings":      {stage: seconds}, plus "fusers": {fuser: seconds} (the fuse
+                  stage's fusers) and, after `adseg segment` / `forecast`, those stages;
+                  "total" is the nightly's own,
   "supply_mode":  "actual" or "forecast": the supply behind "sources" and "blended"
                   ("actual" whenever the run scored it),
   "sources":      {source: ENTRY}  the paper's method (pure segment c.d.f.s) per source,
@@ -136,7 +138,8 @@ class ReportData:
     """One run's results, as plain frames and dicts.
 
     run : run metadata — keys run_id, status, windows ({"train": [start, end], "eval": [...]}),
-        parameters (dict), seed, code_version, timings ({stage: seconds}); missing keys → null.
+        parameters (dict), seed, code_version, timings ({stage: seconds}, fusers nested); missing
+        keys → null.
     mape : the MAPE frame of :class:`adseg.forecast.ForecastResult` (source, supply_mode, method,
         impressions_mape, spend_mape, n_advertisers, n_zero_impressions, n_zero_spend,
         n_segments, optional kappa_win, kappa_cost).

@@ -55,3 +55,49 @@ def test_fusing_stops_on_a_stop_whose_exception_was_swallowed():
         _swallowed(signal.SIGTERM)
         with pytest.raises(Terminated):
             pipeline.fuse(labels, ["rcc", "l2"], 4, seed=0, primary="rcc", n_jobs=2)
+
+
+_GROUP_STOP_SCRIPT = """
+import sys, time
+import numpy as np
+from adseg import pipeline
+from adseg.consensus import FUSERS
+from adseg.consensus.l2 import L2CC
+from adseg.interrupts import Terminated, signals_as_exceptions
+
+class Slow(L2CC):
+    def _fit(self, labels):
+        time.sleep(60)
+
+FUSERS["slow"] = Slow
+labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
+with signals_as_exceptions():
+    try:
+        print("fusing", flush=True)
+        pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
+    except Terminated:
+        sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_sent_to_the_whole_process_group_while_fusing_ends_the_run(signum):
+    """A terminal's hang-up or systemd's control-group kill signals the workers too. With a
+    multiprocessing.Pool, a worker idle in the pool's queue (l2 done, the slow fuser still
+    running) died holding the queue's lock and the parent hung for ever in Pool.terminate()."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _GROUP_STOP_SCRIPT], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout.readline() == b"fusing\n"
+        time.sleep(3)  # the l2 worker is done; the slow one sleeps
+        os.killpg(proc.pid, signum)
+        assert proc.wait(timeout=30) == 143
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

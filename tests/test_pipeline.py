@@ -376,6 +376,43 @@ def test_segment_remakes_the_nightlys_single_view_sources(loaded, market_dir):
     assert params["resolved"]["n_segments"] == params_before["resolved"]["n_segments"]
 
 
+def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, db_url):
+    """Without --seed, `segment` and `forecast` on a run made with seed 1 remake the nightly's
+    segments and scores (they used seed 0: other blended κ, other fused segments, while the
+    report still said seed 1); the seeds they used are in the run's parameters."""
+    config = _config(market_dir, truth_path=None, seed=1, fusers=("rcc", "l2"))
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    segments = store.read_segments(loaded, run_id)
+    mape = store.read_forecast_results(loaded, run_id)["mape"]
+    key = ["source", "method", "supply_mode"]
+    for args in (
+        ["segment", "--fuser", "rcc", "--fuser", "l2"],
+        ["forecast", "--supply", "actual"],
+    ):
+        res = runner.invoke(app, [*args, "--run", str(run_id), "--database-url", db_url, "-q"])
+        assert res.exit_code == 0, res.output
+    for source, labels in store.read_segments(loaded, run_id).items():
+        pd.testing.assert_series_equal(labels, segments[source], obj=source)
+    again = store.read_forecast_results(loaded, run_id)["mape"]
+    pd.testing.assert_frame_equal(
+        again.sort_values(key).reset_index(drop=True)[mape.columns],
+        mape.sort_values(key).reset_index(drop=True),
+    )
+    params = store.get_run(loaded, run_id)["parameters"]
+    assert params["seed"] == params["segment_seed"] == params["forecast_seed"] == 1
+    res = runner.invoke(
+        app, ["forecast", "--run", str(run_id), "--seed", "7", "--database-url", db_url, "-q"]
+    )
+    assert res.exit_code == 0 and store.get_run(loaded, run_id)["parameters"]["forecast_seed"] == 7
+    # re-fusing l2 alone at K = 3 leaves rcc at its K: the parameters say so per fuser
+    k = params["resolved"]["n_segments"]
+    args = ["segment", "--run", str(run_id), "--fuser", "l2", "--segments", "3", "-q"]
+    assert runner.invoke(app, [*args, "--database-url", db_url]).exit_code == 0
+    resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
+    assert resolved["n_segments_by_fuser"] == {"rcc": k, "l2": 3}
+    assert store.read_segments(loaded, run_id)["rcc"].nunique() == k != 3
+
+
 def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tmp_path):
     """5 days of data: 3 train + 2 evaluate, all inside the data (not a window before it)."""
     import datetime as dt
