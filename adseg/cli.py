@@ -373,7 +373,8 @@ def ingest(
         table.add_row(t.table, f"{t.rows:,}", f"{t.inserted:,}", f"{t.updated:,}")
     out.print(table)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else float("inf")
-    out.print(f"{summary.rows:,} rows in {summary.seconds:.2f} s ({rate:,.0f} rows/s)")
+    rows = "row" if summary.rows == 1 else "rows"
+    out.print(f"{summary.rows:,} {rows} in {summary.seconds:.2f} s ({rate:,.0f} rows/s)")
 
 
 def _write_with_progress(engine, batch, quiet: bool):
