@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 DATA ?= data
 MARKET := $(DATA)/marketplace
 DB ?= sqlite:///$(DATA)/adseg.db
-export ADSEG_DATABASE_URL ?= $(DB)
+# := not ?=: an ADSEG_DATABASE_URL exported for production must not receive the demo's sample
+# data (`make demo DB=...` chooses another database on purpose)
+export ADSEG_DATABASE_URL := $(DB)
 
 .PHONY: demo test lint format bench-ingest clean
 

@@ -152,10 +152,20 @@ _DATABASE_HINTS = {  # SQLite's messages for a database file the user must fix (
 
 _UNREACHABLE = (  # psycopg's messages when no database session could be opened
     "connection failed:",
+    "connection to server",  # a Unix socket that is not there: no server running
     "failed to resolve host",
     "connection timeout expired",
     "could not connect",
     "server closed the connection",
+)
+
+
+_BAD_OPTION = (  # libpq's messages for a connection option it cannot use (configuration: 2)
+    "invalid connection option",
+    "invalid sslmode value",
+    "bad value for",
+    "invalid integer value",
+    "invalid port number",
 )
 
 
@@ -167,6 +177,9 @@ def _database_failure(exc) -> tuple[str, int]:
     message = f"database error: {reason}"
     if hint := _DATABASE_HINTS.get(reason):
         return message + hint, EXIT_BAD_INPUT
+    reason = reason.removeprefix("connection is bad: ")  # psycopg 3.3 wraps libpq's reason
+    if reason.startswith(_BAD_OPTION):
+        return message + " (check the query options of the database URL)", EXIT_BAD_INPUT
     if reason.startswith(_UNREACHABLE):
         if "FATAL:" in reason:  # the server answered and refused the session
             return message + " (check the user, password and database of the URL)", EXIT_BAD_INPUT
@@ -596,22 +609,40 @@ def nightly(
         raise  # bad data or an unwritable database: handle_errors gives the reason and code
     except Exception as exc:  # the run row has the error; the job needs a code and a line
         _fail(f"nightly run failed: {error_text(exc)}", EXIT_FAILED)
-    if not quiet:
-        print_nightly(result, windows)
-    for fmt, path in reports.items():
-        if path is None:
-            continue
-        try:
-            _write_report(engine, result.run_id, fmt, path)
-        except OSError as exc:  # checked at the door; a full disk can still happen
-            _fail(
-                f"run {result.run_id} completed and its results are stored, but the "
-                f"{fmt.upper()} report could not be written: {exc.filename}: {exc.strerror} "
-                f"(`adseg report --run {result.run_id} --format {fmt}` writes it again)",
-                EXIT_FAILED,
-            )
+    written: list[str] = []
+    try:
         if not quiet:
-            out.print(f"{fmt.upper()} report: {path}", markup=False)
+            print_nightly(result, windows)
+        for fmt, path in reports.items():
+            if path is None:
+                continue
+            try:
+                _write_report(engine, result.run_id, fmt, path)
+            except OSError as exc:  # checked at the door; a full disk can still happen
+                _fail(
+                    f"run {result.run_id} completed and its results are stored, but the "
+                    f"{fmt.upper()} report could not be written: {exc.filename}: {exc.strerror} "
+                    f"(`adseg report --run {result.run_id} --format {fmt}` writes it again)",
+                    EXIT_FAILED,
+                )
+            written.append(fmt)
+            if not quiet:
+                out.print(f"{fmt.upper()} report: {path}", markup=False)
+        check_pending()
+    except (KeyboardInterrupt, Terminated) as exc:
+        # the run is complete and stays so: say that, not "marked failed" (handle_errors' line)
+        missing = [f.upper() for f, p in reports.items() if p is not None and f not in written]
+        _fail(
+            f"{error_text(exc)}: stopped after run {result.run_id} completed (its results are "
+            "kept"
+            + (
+                f"; the {' and '.join(missing)} report was not written: `adseg report --run "
+                f"{result.run_id}` writes it)"
+                if missing
+                else ")"
+            ),
+            exit_code(exc),
+        )
 
 
 def print_nightly(result, windows) -> None:

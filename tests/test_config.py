@@ -133,3 +133,24 @@ def test_a_failed_db_upgrade_leaves_no_new_database_file(tmp_path, args):
     result = runner.invoke(app, ["db", "upgrade", *args, "--database-url", f"sqlite:///{path}"])
     assert result.exit_code == 2, result.output
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "url, code, message",
+    [
+        # libpq refuses the option before connecting: configuration, not a failed run (was 1)
+        (f"{PG}://u:s3cretPW@127.0.0.1:1/db?Password=s3cretPW", 2, "query options"),
+        (f"{PG}://u:s3cretPW@127.0.0.1:1/db?sslmode=bogus", 2, "query options"),
+        (f"{PG}://u:s3cretPW@127.0.0.1:1/db?connect_timeout=x", 2, "query options"),
+        # a Unix socket with no server behind it: retry later, like a refused TCP port (was 1)
+        (f"{PG}://u@/db?host=/nonexistent-socket-dir&port=5998", 75, "retry later"),
+        # tracebacks before: no such driver, mixed host formats
+        ("postgresql+foo://u:s3cretPW@127.0.0.1/db", 2, "unknown database driver"),
+        (f"{PG}://u:s3cretPW@/db?host=/tmp&port=5432&host=x", 2, "multihost"),
+    ],
+)
+def test_bad_connection_settings_exit_with_the_documented_codes(url, code, message):
+    result = runner.invoke(app, ["db", "current", "--database-url", url])
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split())
+    assert "s3cretPW" not in result.output and "Traceback" not in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 
 import numpy as np
@@ -481,6 +482,27 @@ def test_a_report_is_never_written_over_the_database_or_the_other_report(market_
     res = runner.invoke(app, [*args, str(same), "--database-url", url])
     assert res.exit_code == 2 and "also given to --report-html" in res.output, res.output
     assert not same.exists() and len(store.list_runs(loaded)) == 1
+
+
+def test_a_stop_while_the_reports_are_written_keeps_the_completed_run(
+    loaded, db_url, tmp_path, monkeypatch
+):
+    """SIGTERM after the run completed, while its reports are written: the run stays completed
+    and the line says so (it used to say "a run in progress is marked failed")."""
+    from adseg import cli
+    from adseg.interrupts import Terminated
+
+    def stopped(*args, **kwargs):
+        raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "_write_report", stopped)
+    args = ["nightly", "-q", "--fuser", "l2", "--report-html", str(tmp_path / "r.html")]
+    res = runner.invoke(app, [*args, "--database-url", db_url])
+    assert res.exit_code == 143, res.output
+    assert "stopped after run 1 completed (its results are kept; the HTML report" in " ".join(
+        res.output.split()
+    )
+    assert list(store.list_runs(loaded)["status"]) == ["completed"]
 
 
 def test_a_failed_write_leaves_the_old_file_and_names_it(tmp_path, monkeypatch):

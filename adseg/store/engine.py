@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
@@ -17,6 +18,12 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             f"database URL: its driver needs the Python package {exc.name!r}, which is not "
             "installed (the default PostgreSQL driver is psycopg: postgresql+psycopg://...)."
         ) from None
+    except NoSuchModuleError:  # postgresql+foo://: no such driver at all
+        raise ValueError(
+            "database URL: unknown database driver (use sqlite:/// or postgresql+psycopg://)."
+        ) from None
+    except ArgumentError as exc:  # e.g. two host= formats mixed; the message holds no password
+        raise ValueError(f"database URL: {exc}") from None
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")
