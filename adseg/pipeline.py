@@ -99,16 +99,24 @@ class NightlyConfig:
 
     def fuser_names(self) -> list[str]:
         """Registered fusers to run, one name per class (aliases such as 'spcc' skipped)."""
-        names = list(self.fusers) if self.fusers else _unique_fusers()
+        names = list(dict.fromkeys(self.fusers)) if self.fusers else _unique_fusers()
         unknown = [n for n in names if n not in FUSERS]
         if unknown:
             raise ValueError(
-                f"unknown fuser(s) {', '.join(unknown)}; registered: {', '.join(sorted(FUSERS))}."
+                f"unknown fuser(s) {', '.join(unknown)}; registered: "
+                f"{', '.join(sorted(_unique_fusers()))}."
             )
         if self.primary_fuser not in FUSERS:
             raise ValueError(f"unknown primary fuser {self.primary_fuser!r}.")
         if self.primary_fuser not in names:
             names.insert(0, self.primary_fuser)
+        first = {}
+        for name in names:  # an alias (spcc = sccbg) would run the same fuser twice
+            if (other := first.setdefault(FUSERS[name], name)) != name:
+                raise ValueError(
+                    f"fusers {other} and {name} are the same fuser (one is an alias of the "
+                    "other, or the --primary); name it once."
+                )
         return names
 
 

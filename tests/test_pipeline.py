@@ -239,6 +239,19 @@ def test_report_format_follows_the_output_suffix_and_a_rewrite_keeps_the_mode(
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_fuser_names_run_each_fuser_once():
+    """`--fuser spcc --fuser sccbg` ran SCCBG twice under two source names; a name given twice
+    ran twice; the unknown-fuser message listed the alias as a fuser of its own."""
+    assert pipeline.NightlyConfig(fusers=("l2", "l2")).fuser_names() == ["rcc", "l2"]
+    with pytest.raises(ValueError, match="spcc and sccbg are the same fuser"):
+        pipeline.NightlyConfig(fusers=("spcc", "sccbg")).fuser_names()
+    with pytest.raises(ValueError, match="same fuser"):
+        pipeline.NightlyConfig(fusers=("spcc",), primary_fuser="sccbg").fuser_names()
+    with pytest.raises(ValueError, match="unknown fuser") as caught:
+        pipeline.NightlyConfig(fusers=("nope",)).fuser_names()
+    assert "spcc" not in str(caught.value) and "sccbg" in str(caught.value)
+
+
 def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "--train-start", "2026-03-01"])
     assert res.exit_code == 2 and "all four" in res.output
