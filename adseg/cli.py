@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from adseg import __version__
-from adseg.config import database_url, mask_url, sqlite_file
+from adseg.config import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
 from adseg.interrupts import (
     Terminated,
     check_pending,
@@ -277,8 +277,8 @@ def db_upgrade(
     except BaseException:
         if new_file:  # a failed upgrade leaves no empty database behind
             engine.dispose()
-            for leftover in (file, *(file.with_name(file.name + s) for s in ("-journal", "-wal"))):
-                leftover.unlink(missing_ok=True)
+            for suffix in ("", *SQLITE_SIDE_FILES):
+                file.with_name(file.name + suffix).unlink(missing_ok=True)
         raise
     if not quiet:
         out.print(f"database {mask_url(url)}: {before or 'empty'} -> {after}", markup=False)
@@ -632,17 +632,13 @@ def nightly(
     except (KeyboardInterrupt, Terminated) as exc:
         # the run is complete and stays so: say that, not "marked failed" (handle_errors' line)
         missing = [f.upper() for f, p in reports.items() if p is not None and f not in written]
-        _fail(
-            f"{error_text(exc)}: stopped after run {result.run_id} completed (its results are "
-            "kept"
-            + (
-                f"; the {' and '.join(missing)} report was not written: `adseg report --run "
-                f"{result.run_id}` writes it)"
-                if missing
-                else ")"
-            ),
-            exit_code(exc),
-        )
+        kept = f"stopped after run {result.run_id} completed (its results are kept"
+        if missing:
+            kept += (
+                f"; the {' and '.join(missing)} report was not written: "
+                f"`adseg report --run {result.run_id}` writes it"
+            )
+        _fail(f"{error_text(exc)}: {kept})", exit_code(exc))
 
 
 def print_nightly(result, windows) -> None:
@@ -953,7 +949,7 @@ def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:
     database = sqlite_file(database_url(url_flag))
     if database is not None:
         real = os.path.realpath(database)
-        for suffix in ("", "-journal", "-wal", "-shm"):
+        for suffix in ("", *SQLITE_SIDE_FILES):
             taken[real + suffix] = f"the database {database}{suffix}"
     for option, path in paths.items():
         _check_output(path, option)

@@ -76,6 +76,10 @@ def database_url(flag: str | None = None) -> str:
     return url
 
 
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
+"""Suffixes of the files SQLite keeps beside a database file (rollback journal, WAL, its index)."""
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite URL; None for another backend or an in-memory database."""
     parsed = make_url(url)

@@ -258,10 +258,9 @@ def _long_rows(path: Path) -> Problem | None:
     """The records (data records from 1, blank lines skipped as pandas skips them) with more
     fields than the header, found by a streaming pass of the csv module; None if there are none
     (the parser failed for another reason)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
     limit = csv.field_size_limit(2**31 - 1)  # a long description is not an error here
     try:
-        with opener(path, "rt", encoding="utf-8", newline="") as stream:
+        with _open(path, "rt", encoding="utf-8", newline="") as stream:
             records = (r for r in csv.reader(stream) if r and (len(r) > 1 or r[0].strip()))
             width = len(next(records, []))
             long = np.array([len(r) > width for r in records], dtype=bool)
@@ -276,6 +275,11 @@ def _long_rows(path: Path) -> Problem | None:
     return _rows_problem(str(path), long, rule)[0]
 
 
+def _open(path: Path, mode: str, **kwargs):
+    """Open a table file for a second, streaming pass, through gzip when it is ``.gz``."""
+    return (gzip.open if path.name.endswith(".gz") else open)(path, mode, **kwargs)
+
+
 def _header_name(name: object) -> str:
     return "" if name is None or (isinstance(name, float) and np.isnan(name)) else str(name).strip()
 
@@ -283,8 +287,7 @@ def _header_name(name: object) -> str:
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     """Where a CSV stops being UTF-8: the physical line (from 1, the header is line 1) and the
     byte, found by a second streaming pass over the file (one line in memory at a time)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as stream:
+    with _open(path, "rb") as stream:
         for number, line in enumerate(stream, start=1):
             try:
                 line.decode("utf-8")
@@ -594,46 +597,44 @@ def _count(
     whole is whole), never through float64, so ``9007199254740993`` is refused as above 2**53
     instead of stored as 2**53. Integer columns are taken as they are; a float column (Parquet)
     holds whole numbers exactly up to 2**53."""
-    n = len(series)
-    bad = np.zeros(n, dtype=bool)
-    negative = np.zeros(n, dtype=bool)
-    above = np.zeros(n, dtype=bool)
-    counts = np.zeros(n, dtype=np.int64)
     if pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
         bad = series.isna().to_numpy()
-        ints = series.where(~bad, 0).to_numpy().astype(object)  # Python ints compare exactly
-        negative = ~bad & (ints < 0).astype(bool)
-        above = ~bad & (ints > MAX_COUNT).astype(bool)
-        ok = ~bad & ~negative & ~above
-        counts[ok] = ints[ok].astype(np.int64)
+        values = series.where(~bad, 0).to_numpy().astype(object)  # Python ints compare exactly
     elif pd.api.types.is_float_dtype(series.dtype):
         values = series.to_numpy(dtype=np.float64, na_value=np.nan)
         bad = ~np.isfinite(values) | (values != np.round(values))
-        negative = ~bad & (values < 0)
-        above = ~bad & (values > MAX_COUNT)
-        ok = ~bad & ~negative & ~above
-        counts[ok] = values[ok].astype(np.int64)
     else:
-        text = _text(series)
-        plain = text.str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool, na_value=False)
-        counts[plain] = text[plain].astype(np.int64).to_numpy()
-        for i in np.flatnonzero(~plain):
-            number = _decimal(text.iloc[i])
-            if number is None or number != number.to_integral_value():
-                bad[i] = True
-            elif number.adjusted() > 17:  # beyond 2**53 and near int64's end: no int built
-                above[i] = number > 0
-                negative[i] = number < 0
-            else:
-                counts[i] = int(number)
-        negative |= counts < 0
-        above |= counts > MAX_COUNT
-        ok = ~bad & ~negative & ~above
-        counts[~ok] = 0
+        values, bad = _integer_texts(_text(series))
+    negative = ~bad & (values < 0).astype(bool)
+    above = ~bad & (values > MAX_COUNT).astype(bool)
+    ok = ~bad & ~negative & ~above
+    counts = np.zeros(len(series), dtype=np.int64)
+    counts[ok] = values[ok].astype(np.int64)
     problems = _rows_problem(file, bad, f"{column} is not a whole number")
     problems += _rows_problem(file, negative, f"{column} is negative")
     problems += _rows_problem(file, above, f"{column} is above {MAX_COUNT:,} (implausible)")
     return counts, ok, problems
+
+
+def _integer_texts(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Exact integers of texts as Python ints (object array; 0 where not whole) and the mask of
+    texts that are not whole numbers. Plain digits convert in one vectorised step; the rest
+    (``1e3``, ``1000.0``) through ``decimal``. A value with more than 18 digits is not built (an
+    exponent like 1e999999999 would take for ever): it stands as ±(MAX_COUNT + 1), out of range
+    whatever its size."""
+    values = np.zeros(len(text), dtype=object)
+    bad = np.zeros(len(text), dtype=bool)
+    plain = text.str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool, na_value=False)
+    values[plain] = text[plain].astype(np.int64).to_numpy().astype(object)
+    for i in np.flatnonzero(~plain):
+        number = _decimal(text.iloc[i])
+        if number is None or number != number.to_integral_value():
+            bad[i] = True
+        elif number.adjusted() > 17:
+            values[i] = (MAX_COUNT + 1) * (1 if number > 0 else -1)
+        else:
+            values[i] = int(number)
+    return values, bad
 
 
 def _boolean(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:

@@ -404,12 +404,13 @@ def _worker_outcome(name: str, receive, worker) -> Callable:
     try:
         status, payload = receive.recv()
     except EOFError:  # it died without a word (killed, out of memory)
-        worker.join()
-        status = "error"
-        payload = RuntimeError(f"the {name} worker process died (exit code {worker.exitcode})")
+        status, payload = "died", None
     finally:
         receive.close()
     worker.join()
+    if status == "died":
+        status = "error"
+        payload = RuntimeError(f"the {name} worker process died (exit code {worker.exitcode})")
     if status == "error":
 
         def outcome():
