@@ -286,7 +286,17 @@ def db_upgrade(
 
 @db_app.command("current")
 @handle_errors
-def db_current(database_url_: DatabaseUrl = None) -> None:
+def db_current(
+    database_url_: DatabaseUrl = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only the revision id (nothing when the database has no schema yet).",
+        ),
+    ] = False,
+) -> None:
     """Print the schema revision of the database and whether it is up to date."""
     from adseg.store import migrate
 
@@ -294,6 +304,10 @@ def db_current(database_url_: DatabaseUrl = None) -> None:
     engine = _engine(url)
     current = migrate.check_known(engine)
     head = migrate.head_revision()
+    if quiet:  # for scripts: `test "$(adseg db current -q)" = "$EXPECTED"`
+        if current:
+            out.print(current, markup=False)
+        return
     if current == head:
         state = f"{current}, up to date"
     else:
@@ -336,13 +350,16 @@ def db_unlock(
 
 @db_app.command("summary")
 @handle_errors
-def db_summary(database_url_: DatabaseUrl = None) -> None:
-    """Print the row count of each table and the delivery date range."""
+def db_summary(database_url_: DatabaseUrl = None, quiet: Quiet = False) -> None:
+    """Print the row count of each table and the delivery date range (``--quiet``: print
+    nothing, only check that the database can be read)."""
     from adseg.store import reads
 
     engine = _engine(database_url_)
     _require_schema(engine)
-    print_counts(reads.table_counts(engine), reads.delivery_date_range(engine))
+    counts, date_range = reads.table_counts(engine), reads.delivery_date_range(engine)
+    if not quiet:
+        print_counts(counts, date_range)
 
 
 def print_counts(counts: dict[str, int], date_range) -> None:

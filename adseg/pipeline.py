@@ -742,18 +742,20 @@ def run_views(
 
 
 def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
-    """Run ``work(run) -> (result, parameters)`` on an existing completed run under the nightly
-    lock. ``work`` writes its own results in one transaction; the stage's time goes into the run's
-    timings and ``parameters`` (None: unchanged) into its parameters."""
+    """Run ``work(run) -> (result, parameters, details)`` on an existing completed run under the
+    nightly lock. ``work`` writes its own results in one transaction; ``parameters`` (None:
+    unchanged) go into the run's parameters, and the command's time into its timings as
+    ``"adseg <stage>": {"total": seconds, **details}`` (the latest such command; the timings of
+    the run's own stages are kept)."""
     run = store.get_run(engine, run_id)
     if run["status"] != "completed":
         raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
     holder = store.acquire_lock(engine, "nightly")
     try:
         t0 = time.perf_counter()
-        out, parameters = work(run)
+        out, parameters, details = work(run)
         timings = dict(run["timings"])
-        timings[stage] = round(time.perf_counter() - t0, 3)
+        timings[f"adseg {stage}"] = {"total": round(time.perf_counter() - t0, 3), **details}
         store.set_timings(engine, run_id, timings, parameters)
         return out
     finally:
@@ -785,7 +787,7 @@ def run_segment(
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
-        fused, _, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
+        fused, seconds, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
         win, cost = reads.price_samples(engine, ids, train_start, train_end)
         segmentations = single_view_segmentations(
@@ -803,7 +805,7 @@ def run_segment(
             "left_out": left_out,
             "unscored": unscored,
         }
-        return out, parameters
+        return out, parameters, {"fusers": seconds}
 
     return _stage_on_run(engine, run_id, "segment", work)
 
@@ -850,7 +852,7 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result, {"supply": config.supply, "forecast_seed": config.seed}
+        return result, {"supply": config.supply, "forecast_seed": config.seed}, {}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

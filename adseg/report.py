@@ -92,8 +92,10 @@ render_json schema, version 1. Numbers are JSON numbers; NaN, +inf and -inf are 
   "seed":         integer or null,
   "code_version": string or null,
   "timings":      {stage: seconds}, plus "fusers": {fuser: seconds} (the fuse
-                  stage's fusers) and, after `adseg segment` / `forecast`, those stages;
-                  "total" is the nightly's own,
+                  stage's fusers); "total" is the nightly's own. The latest
+                  `adseg segment` / `adseg forecast` on the run adds
+                  "adseg segment": {"total": seconds, "fusers": {fuser: seconds}} /
+                  "adseg forecast": {"total": seconds},
   "supply_mode":  "actual" or "forecast": the supply behind "sources" and "blended"
                   ("actual" whenever the run scored it),
   "sources":      {source: ENTRY}  the paper's method (pure segment c.d.f.s) per source,
@@ -138,7 +140,7 @@ class ReportData:
     """One run's results, as plain frames and dicts.
 
     run : run metadata — keys run_id, status, windows ({"train": [start, end], "eval": [...]}),
-        parameters (dict), seed, code_version, timings ({stage: seconds}, fusers nested); missing
+        parameters (dict), seed, code_version, timings ({stage: seconds}, groups nested); missing
         keys → null.
     mape : the MAPE frame of :class:`adseg.forecast.ForecastResult` (source, supply_mode, method,
         impressions_mape, spend_mape, n_advertisers, n_zero_impressions, n_zero_spend,
@@ -571,14 +573,26 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         parts.append(_scatter_plot(data, primary))
         parts.append(_worst_table(data, primary, n_worst))
 
-    timings = run.get("timings") or {}
+    timings = timing_rows(run.get("timings") or {})
     if timings:
         parts.append("<h2>Timings</h2>")
-        parts.append(
-            _table(pd.DataFrame({"stage": list(timings), "seconds": list(timings.values())}))
-        )
+        parts.append(_table(pd.DataFrame(timings, columns=["stage", "seconds"])))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def timing_rows(timings: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """A run's timings as (stage, seconds) rows, nested groups flattened into "group / name"
+    (``{"fusers": {"rcc": 1.0}}`` → ``("fusers / rcc", 1.0)``); a group's own "total" is shown
+    under the group's name."""
+    rows: list[tuple[str, Any]] = []
+    for key, value in timings.items():
+        name = f"{prefix}{key}" if key != "total" or not prefix else prefix.removesuffix(" / ")
+        if isinstance(value, Mapping):
+            rows.extend(timing_rows(value, f"{prefix}{key} / "))
+        else:
+            rows.append((name, value))
+    return rows
 
 
 def _worst_table(data: ReportData, source: str, n_worst: int) -> str:

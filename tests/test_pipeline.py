@@ -352,7 +352,9 @@ def test_single_stages_from_the_cli(loaded, db_url):
     assert res.exit_code == 0, res.output
     mape = store.read_forecast_results(loaded, run_id)["mape"]
     assert {"l2", "win_rate", "ecpm", "text", "own", "global"} <= set(mape["source"])
-    assert store.get_run(loaded, run_id)["timings"].keys() >= {"views", "segment", "forecast"}
+    timings = store.get_run(loaded, run_id)["timings"]
+    assert timings.keys() >= {"views", "adseg segment", "adseg forecast"}
+    assert set(timings["adseg segment"]["fusers"]) == {"l2"}
     res = runner.invoke(app, ["report", "--run", str(run_id), "--database-url", db_url])
     assert res.exit_code == 0 and json.loads(res.stdout)["run_id"] == run_id
     # fusing again replaces l2's segments: its scores (of the old segments) go, the rest stay
@@ -396,6 +398,7 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
     report still said seed 1); the seeds they used are in the run's parameters."""
     config = _config(market_dir, truth_path=None, seed=1, fusers=("rcc", "l2"))
     run_id = pipeline.run_nightly(loaded, config=config).run_id
+    nightly_timings = store.get_run(loaded, run_id)["timings"]
     segments = store.read_segments(loaded, run_id)
     mape = store.read_forecast_results(loaded, run_id)["mape"]
     key = ["source", "method", "supply_mode"]
@@ -414,6 +417,12 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
     )
     params = store.get_run(loaded, run_id)["parameters"]
     assert params["seed"] == params["segment_seed"] == params["forecast_seed"] == 1
+    # the commands' times sit beside the nightly's own stages, which they used to overwrite
+    timings = store.get_run(loaded, run_id)["timings"]
+    assert {k: timings[k] for k in nightly_timings} == nightly_timings
+    assert set(timings["adseg segment"]["fusers"]) == {"rcc", "l2"}
+    assert timings["adseg segment"]["total"] >= sum(timings["adseg segment"]["fusers"].values())
+    assert set(timings["adseg forecast"]) == {"total"}
     res = runner.invoke(
         app, ["forecast", "--run", str(run_id), "--seed", "7", "--database-url", db_url, "-q"]
     )

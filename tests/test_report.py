@@ -22,6 +22,7 @@ from adseg.report import (
     render_csv,
     render_html,
     render_json,
+    timing_rows,
 )
 
 EVIL = '<script>alert("x")</script> & Co'
@@ -266,6 +267,28 @@ def test_pipeline_style_metadata_dates_and_nested_timings(data):
     assert doc["parameters"]["methods"] == ["segment", "blended"]
     page = render_html(d)
     assert "2026-03-02" in page and "rcc" in page
+
+
+def test_nested_timings_are_table_rows_not_dict_text(data):
+    """The HTML timings table showed the nested fuser seconds as a Python dict's text."""
+    timings = {
+        "pull": 0.1,
+        "total": 0.9,
+        "fusers": {"rcc": 0.5, "l2": 0.25},
+        "adseg segment": {"total": 2.0, "fusers": {"<rcc>": 1.5}},
+    }
+    assert timing_rows(timings) == [
+        ("pull", 0.1),
+        ("total", 0.9),
+        ("fusers / rcc", 0.5),
+        ("fusers / l2", 0.25),
+        ("adseg segment", 2.0),
+        ("adseg segment / fusers / <rcc>", 1.5),
+    ]
+    page = render_html(ReportData(run={"timings": timings}, mape=data.mape))
+    section = page[page.index("<h2>Timings</h2>") :]
+    assert "<td>fusers / l2</td><td>0.25</td>" in section
+    assert "adseg segment / fusers / &lt;rcc&gt;" in section and "{" not in section
 
 
 def test_scatter_of_all_zero_deliveries_draws_without_warnings():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import sqlite3
 from pathlib import Path
 
 import pandas as pd
@@ -98,6 +99,23 @@ def test_db_upgrade_command_masks_password(db_url):
         assert "***" in result.output
     result = runner.invoke(app, ["db", "current", "--database-url", db_url])
     assert "up to date" in result.output
+
+
+def test_db_current_and_summary_quiet(tmp_path):
+    """`db current -q` prints the revision id alone (for scripts); `db summary -q` prints nothing
+    but still refuses a database without a schema."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "-q", "--database-url", url]).exit_code == 0
+    result = runner.invoke(app, ["db", "current", "-q", "--database-url", url])
+    assert result.exit_code == 0 and result.output == f"{migrate.head_revision()}\n"
+    result = runner.invoke(app, ["db", "summary", "--quiet", "--database-url", url])
+    assert result.exit_code == 0 and result.output == ""
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    result = runner.invoke(app, ["db", "current", "-q", "--database-url", f"sqlite:///{empty}"])
+    assert result.exit_code == 0 and result.output == ""
+    result = runner.invoke(app, ["db", "summary", "-q", "--database-url", f"sqlite:///{empty}"])
+    assert result.exit_code == 2 and "db upgrade" in result.output
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,7 @@ def create_run(
 def set_timings(
     engine: Engine, run_id: int, timings: dict[str, float], parameters: dict | None = None
 ) -> None:
-    """Replace a completed run's timings after a single stage (``adseg segment``/``forecast``);
+    """Replace a completed run's timings after a stage command (``adseg segment``/``forecast``);
     ``parameters`` (what the stage ran with) are merged into the run's parameters, key by key."""
     with engine.begin() as conn:
         values: dict[str, Any] = {"timings": _jsonable(timings)}
