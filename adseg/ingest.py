@@ -170,7 +170,7 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     for table, path in files.items():
         try:
             raw[table] = read_table_file(path)
-        except IngestError as exc:  # a rule broken while reading (rows longer than the header)
+        except IngestError as exc:  # a rule broken while reading (rows not as wide as the header)
             problems += exc.problems
         except UnicodeDecodeError as exc:
             problems.append(Problem(str(path), _not_utf8(path, exc)))
@@ -214,7 +214,7 @@ def read_table_file(path: Path) -> pd.DataFrame:
     The frame is indexed 0..n-1 by position (a Parquet file's stored index is dropped, or made a
     column again if it was a named one, as ``df.set_index("auction_id")`` writes) and header names
     are stripped of surrounding spaces (``advertiser_id, name`` names the column ``name``). Raises
-    IngestError for a CSV row with more fields than the header."""
+    IngestError for a CSV row with more, or fewer, fields than the header."""
     path = Path(path)
     frame = _read_parquet(path) if path.name.endswith(".parquet") else _read_csv(path)
     frame.columns = [_header_name(c) for c in frame.columns]
@@ -246,33 +246,43 @@ def _read_csv(path: Path) -> pd.DataFrame:
             compression="infer",
         )
     except pd.errors.ParserError as exc:
-        if "fields in line" in str(exc) and (problem := _long_rows(path)):
-            raise IngestError([problem]) from exc
+        if "fields in line" in str(exc) and (problems := _rows_of_wrong_width(path)):
+            raise IngestError(problems) from exc
         raise
+    # pandas pads a short row with empty fields, so a short row ends in one: only then does the
+    # file need the second, streaming pass that tells a missing field from an empty one
+    if len(cells) > 1 and (cells.iloc[1:, -1] == "").any():
+        if problems := _rows_of_wrong_width(path):
+            raise IngestError(problems)
     frame = cells.iloc[1:].reset_index(drop=True)
     frame.columns = list(cells.iloc[0])
     return frame
 
 
-def _long_rows(path: Path) -> Problem | None:
-    """The records (data records from 1, blank lines skipped as pandas skips them) with more
-    fields than the header, found by a streaming pass of the csv module; None if there are none
-    (the parser failed for another reason)."""
+def _rows_of_wrong_width(path: Path) -> list[Problem]:
+    """The records (data records from 1, blank lines skipped as pandas skips them) with more, or
+    fewer, fields than the header, found by a streaming pass of the csv module (one record in
+    memory at a time; about 1 s per million auction rows). Empty when every record fits (the
+    parser failed for another reason)."""
     limit = csv.field_size_limit(2**31 - 1)  # a long description is not an error here
     try:
         with _open(path, "rt", encoding="utf-8", newline="") as stream:
             records = (r for r in csv.reader(stream) if r and (len(r) > 1 or r[0].strip()))
             width = len(next(records, []))
-            long = np.array([len(r) > width for r in records], dtype=bool)
+            lengths = np.fromiter((len(r) for r in records), dtype=np.int64)
     finally:
         csv.field_size_limit(limit)
-    if not long.any():
-        return None
-    rule = (
+    long = (
         f"more fields than the {width} of the header row (a trailing comma, or an unquoted comma "
         "inside a field?); remove the extra fields or quote the field"
     )
-    return _rows_problem(str(path), long, rule)[0]
+    short = (
+        f"fewer fields than the {width} of the header row (a missing comma?); write every "
+        "field, an empty one as nothing between two commas"
+    )
+    return _rows_problem(str(path), lengths > width, long) + _rows_problem(
+        str(path), lengths < width, short
+    )
 
 
 def _open(path: Path, mode: str, **kwargs):

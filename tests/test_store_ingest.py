@@ -638,6 +638,31 @@ def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path):
     ]
 
 
+def test_rows_shorter_than_the_header_are_refused_not_padded(tmp_path):
+    """A missing comma shifted the later fields one column left and pandas padded the row with an
+    empty field: here the description went into name and the row was accepted."""
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id,name,description\nok-1,Fine,\nok-2,,empty name is a value\n"
+        'sh-1,no name given here\n\nok-3,"Quoted, with comma",d\nsh-2\nlong,a,b,c\n'
+    )
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv'}: row 6: more fields than the 3 of the header row "
+        "(a trailing comma, or an unquoted comma inside a field?); remove the extra fields or "
+        "quote the field",
+        f"{directory / 'advertisers.csv'}: rows 3, 5: fewer fields than the 3 of the header row "
+        "(a missing comma?); write every field, an empty one as nothing between two commas",
+    ]
+    # empty fields written out are values, not missing fields
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id,name,description\nok-1,Fine,\nok-2,Also fine,\n"
+    )
+    from adseg.ingest import read_directory
+
+    assert read_directory(directory).advertisers["name"].tolist() == ["Fine", "Also fine"]
+
+
 @pytest.mark.parametrize(
     "name",
     ["delivery.csv.bz2", "delivery.csv.zip", "auctions.tsv", "advertisers.json", "auctions.csv.xz"],
