@@ -27,6 +27,28 @@ def test_co_association_missing_divides_by_covering_columns():
     np.testing.assert_allclose(M, M.T)
 
 
+@pytest.mark.parametrize("missing", [False, True])
+def test_weighted_co_association_is_the_weighted_share_of_clusterings(missing):
+    """Weights entered squared (Σ w_v² / Σ w_v: a diagonal of 2.5 for weights 3, 1); a weight
+    must act as that many copies of its clustering."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, size=(25, 4))
+    if missing:
+        labels[rng.random(labels.shape) < 0.2] = -1
+    w = np.array([3.0, 1.0, 0.5, 2.0])
+    both = (labels[:, None, :] >= 0) & (labels[None, :, :] >= 0)
+    together = (labels[:, None, :] == labels[None, :, :]) & both
+    with np.errstate(invalid="ignore"):
+        brute = np.nan_to_num((together * w).sum(axis=2) / (both * w).sum(axis=2))
+    np.testing.assert_allclose(co_association(labels, w), brute, atol=1e-12)
+    copies = np.repeat(labels, [6, 2, 1, 4], axis=1)  # the same weights as whole copies
+    np.testing.assert_allclose(co_association(labels, w), co_association(copies), atol=1e-12)
+    small = np.array([[0, 0], [0, 1], [1, 1]])
+    np.testing.assert_allclose(
+        co_association(small, [3, 1]), [[1, 0.75, 0], [0.75, 1, 0.25], [0, 0.25, 1]]
+    )
+
+
 def test_relabel_first_appearance():
     out = relabel(np.array([[7, -1], [3, 5], [7, 5]]))
     np.testing.assert_array_equal(out, [[0, -1], [1, 0], [0, 0]])

@@ -168,6 +168,16 @@ def test_zero_weight_removes_a_clustering():
     np.testing.assert_array_equal(a.labels_, b.labels_)
 
 
+def test_an_integer_weight_acts_as_that_many_copies_of_a_clustering():
+    y, labels = _noisy_ensemble([30, 30, 30], 3, 0.3, seed=4)
+    copies = np.column_stack([labels[:, [0, 0, 0]], labels[:, 1:]])
+    for cls in (RCC, L2CC):
+        a = cls(3, weights=[3, 1, 1], random_state=0).fit(labels)
+        b = cls(3, random_state=0).fit(copies)
+        np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, atol=1e-8)
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
 def test_attributes():
     y, labels = _noisy_ensemble([20, 20, 20], 5, 0.1, seed=11)
     model = RCC(3, random_state=0).fit(labels)

@@ -190,13 +190,14 @@ def co_association(
     """
     labels = check_labels(labels)
     w = check_weights(weights, labels.shape[1])
-    Y = incidence_matrix(labels, w)
+    root = np.sqrt(w)  # Y Yᵀ multiplies two entries of a column: √w_v each gives w_v
+    Y = incidence_matrix(labels, root)
     together = (Y @ Y.T).toarray().astype(dtype, copy=False)
     observed = labels != MISSING
     if observed.all():
         together /= w.sum()
     else:
-        O = sp.csr_matrix(observed.astype(np.float64) * w[None, :])
+        O = sp.csr_matrix(observed.astype(np.float64) * root[None, :])
         both = (O @ O.T).toarray()
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(together, both, out=together, where=both > 0)
