@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from adseg.consensus import FUSERS, relabel
@@ -570,3 +572,22 @@ def test_gamma_rule_ranks_anmi_before_the_fallback():
     the isolated-item fallback (the case seen on tr41 and the sample marketplace)."""
     assert gamma_choice_key(0.59, True) > gamma_choice_key(0.08, False)
     assert gamma_choice_key(0.5, False) > gamma_choice_key(0.5, True)  # fallback breaks ties
+
+
+def test_fewer_connected_rows_than_clusters_still_gives_a_segmentation():
+    """At a c inside SCCBG's range (≤ base clusters, ≤ distinct rows) the learned graph can leave
+    fewer connected rows than c: k-means was asked for c clusters of 9 points and raised
+    scikit-learn's ValueError. Now each connected row is a cluster at most (≤ c labels)."""
+    labels = np.array(
+        [[2, 1, 1], [0, 0, 0], [0, 3, 2], [3, 2, 2], [3, 2, 2], [2, 2, 3], [1, 3, 2], [0, 1, 3],
+         [2, 0, 3], [2, 3, 0], [0, 3, 0], [2, 0, 1], [1, 1, 1], [0, 0, 0], [0, 2, 2], [2, 1, 2],
+         [3, 1, 1], [3, 3, 3]]
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = SCCBG(12, random_state=0).fit(labels)
+    used = np.unique(fit.labels_)
+    assert (
+        fit.labels_.shape == (18,) and used.tolist() == list(range(used.size)) and used.size <= 12
+    )
+    assert fit.labels_[1] == fit.labels_[13]  # identical rows stay together
