@@ -22,9 +22,9 @@ $(BIN)/adseg: pyproject.toml
 demo: $(BIN)/adseg
 	mkdir -p $(DATA)
 	$(BIN)/adseg db upgrade
-	@if [ ! -f $(MARKET)/auctions.csv.gz ]; then \
-		$(BIN)/adseg sample generate --out $(MARKET); \
-	fi
+	@for f in advertisers.csv.gz auctions.csv.gz delivery.csv.gz truth.csv config.json; do \
+		[ -f $(MARKET)/$$f ] || { $(BIN)/adseg sample generate --out $(MARKET); break; }; \
+	done
 	$(BIN)/adseg ingest $(MARKET)
 	$(BIN)/adseg nightly --truth $(MARKET)/truth.csv --report-html $(DATA)/report.html
 

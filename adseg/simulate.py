@@ -69,6 +69,7 @@ import gzip
 import io
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -884,23 +885,35 @@ def write_marketplace(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     frames = _frames_for_csv(market)
-    paths: dict[str, Path] = {}
+    contents: dict[str, tuple[Path, bytes]] = {}
     for table in ("advertisers", "auctions", "delivery"):
         data = _csv_bytes(frames[table])
         if compress:
-            path = out / f"{table}.csv.gz"
-            with open(path, "wb") as raw:
-                with gzip.GzipFile(
-                    fileobj=raw, mode="wb", mtime=0, filename="", compresslevel=6
-                ) as gz:
-                    gz.write(data)
+            buffer = io.BytesIO()
+            with gzip.GzipFile(
+                fileobj=buffer, mode="wb", mtime=0, filename="", compresslevel=6
+            ) as gz:
+                gz.write(data)
+            contents[table] = (out / f"{table}.csv.gz", buffer.getvalue())
         else:
-            path = out / f"{table}.csv"
-            path.write_bytes(data)
-        paths[table] = path
-    paths["truth"] = out / "truth.csv"
-    paths["truth"].write_bytes(_csv_bytes(frames["truth"]))
-    paths["config"] = out / "config.json"
+            contents[table] = (out / f"{table}.csv", data)
+    contents["truth"] = (out / "truth.csv", _csv_bytes(frames["truth"]))
     text = json.dumps(asdict(market.config), indent=2, ensure_ascii=False) + "\n"
-    paths["config"].write_text(text, encoding="utf-8")
-    return paths
+    contents["config"] = (out / "config.json", text.encode("utf-8"))
+    _write_all_or_none({path: data for path, data in contents.values()})
+    return {name: path for name, (path, _) in contents.items()}
+
+
+def _write_all_or_none(files: dict[Path, bytes]) -> None:
+    """Write every file under a temporary name beside it, then rename them into place: a stop
+    or a full disk while writing leaves the folder as it was (no truncated file that a later
+    ingest, or `make demo`, would take for data), not a mix of old and new tables."""
+    partial = {path: path.with_name(f".{path.name}.partial") for path in files}
+    try:
+        for path, data in files.items():
+            partial[path].write_bytes(data)
+        for path, temporary in partial.items():
+            os.replace(temporary, path)
+    finally:
+        for temporary in partial.values():
+            temporary.unlink(missing_ok=True)

@@ -117,6 +117,32 @@ def test_gzip_header_has_no_mtime_and_no_name(tmp_path, small):
         assert head[4:8] == b"\x00\x00\x00\x00", "mtime not 0"
 
 
+def test_a_write_that_fails_midway_leaves_the_folder_as_it_was(tmp_path, small, monkeypatch):
+    """Ctrl-C during `sample generate` left a truncated auctions.csv.gz, which `make demo` then
+    took for a marketplace on every later run; a stop while regenerating mixed old and new
+    tables. Every file is now written under a temporary name and renamed at the end."""
+    old = _write_bytes(small, tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    real_write = Path.write_bytes
+    written = []
+
+    def stopped_after_two_files(self, data):
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        written.append(self.name)
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", stopped_after_two_files)
+    other = MarketplaceConfig(**{**SMALL.__dict__, "seed": SMALL.seed + 1})
+    with pytest.raises(KeyboardInterrupt):
+        write_marketplace(simulate_marketplace(other), tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no partial file left
+    files = {t: f"{t}.csv.gz" for t in ("advertisers", "auctions", "delivery")}
+    files |= {"truth": "truth.csv", "config": "config.json"}
+    assert {name: (tmp_path / file).read_bytes() for name, file in files.items()} == old
+
+
 # ----------------------------------------------------------------------------- format
 
 
