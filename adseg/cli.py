@@ -635,10 +635,12 @@ def nightly(
                 continue
             try:
                 _write_report(engine, result.run_id, fmt, path)
+            except BrokenPipeError:
+                raise  # `--report-html /dev/stdout | head`: handle_errors ends quietly (141)
             except OSError as exc:  # checked at the door; a full disk can still happen
                 _fail(
                     f"run {result.run_id} completed and its results are stored, but the "
-                    f"{fmt.upper()} report could not be written: {exc.filename}: {exc.strerror} "
+                    f"{fmt.upper()} report could not be written: {path}: {exc.strerror} "
                     f"(`adseg report --run {result.run_id} --format {fmt}` writes it again)",
                     EXIT_FAILED,
                 )
@@ -970,9 +972,10 @@ def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:
             taken[real + suffix] = f"the database {database}{suffix}"
     for option, path in paths.items():
         _check_output(path, option)
-        if path is None or _descriptor_of(path) is not None:
+        if path is None:
             continue
-        real = os.path.realpath(path)
+        fd = _descriptor_of(path)
+        real = os.path.realpath(path) if fd is None else f"file descriptor {fd}"
         if real in taken:
             raise CliError(f"{option} {path} is {taken[real]}; give the report another name")
         taken[real] = f"also given to {option}"
@@ -1009,13 +1012,18 @@ def _write_atomic(path: Path, text: str) -> None:
     /dev/stderr and /dev/fd/N are written to that open descriptor, at its offset, as a shell
     redirection would (reopening them would truncate a job log that stdout is appended to, and
     renaming over them would replace it); a FIFO or a device is written in place."""
-    if (fd := _descriptor_of(path)) is not None:
-        _write_descriptor(fd, text)
-        return
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        return
+    try:
+        if (fd := _descriptor_of(path)) is not None:
+            _write_descriptor(fd, text)
+            return
+        if path.exists() and not path.is_file():
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+    except BrokenPipeError:
+        raise  # the reader went away: a quiet 141, not an error naming a file
+    except OSError as exc:  # /dev/full, a closed descriptor: name the path given
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     given, path = path, Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -870,6 +871,57 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
         proc.stdout.close()
         assert proc.wait(timeout=120) == 141, read_first
         assert proc.stderr.read() == b""
+
+
+def test_a_nightly_report_to_a_reader_that_goes_away_ends_quietly(loaded, db_url):
+    """`adseg nightly --report-html /dev/stdout | head` said "report could not be written: None:
+    Broken pipe" and exited 1 (a failed run to a job); now 141 and quiet, as `adseg report`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not db_url.startswith("sqlite"):
+        pytest.skip("one database is enough for a pipe")
+    adseg = Path(sys.executable).parent / "adseg"
+    cmd = [str(adseg), "nightly", "-q", "--fuser", "l2", "--database-url", db_url]
+    cmd += ["--report-html", "/dev/stdout"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert len(proc.stdout.read(100)) == 100
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 141
+    assert proc.stderr.read() == b""
+    assert store.list_runs(loaded)["status"].tolist() == ["completed"]
+
+
+def test_a_report_that_cannot_be_written_names_its_path(tmp_path):
+    """/dev/full (a device, written in place) and a closed descriptor: the error names the path
+    given (it printed "None: No space left on device")."""
+    import os
+
+    from adseg import cli
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with pytest.raises(OSError) as caught:
+        cli._write_atomic(Path("/dev/full"), "x" * 10_000)
+    assert caught.value.filename == "/dev/full" and caught.value.strerror
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    os.close(write_end)
+    with pytest.raises(OSError) as caught:
+        cli._write_atomic(Path(f"/dev/fd/{write_end}"), "x")
+    assert caught.value.filename == f"/dev/fd/{write_end}"
+
+
+def test_two_reports_may_not_share_one_descriptor(engine, db_url):
+    """HTML then JSON in one stream, which no reader can use; refused as for one file."""
+    args = ["nightly", "--database-url", db_url, "-q"]
+    res = runner.invoke(app, [*args, "--report-json", "/dev/stdout", "--report-html", "/dev/fd/1"])
+    assert res.exit_code == 2, res.output
+    assert "--report-json /dev/stdout is also given to --report-html" in res.output
+    assert store.list_runs(engine).empty
 
 
 def test_stdout_writes_retry_short_writes(monkeypatch):
