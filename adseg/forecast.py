@@ -90,6 +90,7 @@ from numpy.typing import ArrayLike
 from sklearn.utils import check_random_state
 
 from adseg.metrics import mape_with_count
+from adseg.units import MICROS
 
 __all__ = [
     "DEFAULT_KAPPA_GRID",
@@ -1099,7 +1100,8 @@ def evaluate_sources(
         needed for ``supply`` "forecast"/"both"; also gives each advertiser's median training bid
         as an extra point of the κ selection. May be None for ``supply="actual"``.
     eval_delivery : evaluation-window delivery, one row per (advertiser_id, date) with
-        bid_requests, bid_ecpm, impressions, spend. Only advertisers with rows are forecast.
+        bid_requests, bid_ecpm, impressions, spend (currency; whole micros, as stored: the
+        actual totals are summed in micros, exactly). Only advertisers with rows are forecast.
     advertiser_ids : (n,) unique ids; the order of the sample lists and segmentations.
     supply : "actual" (the window's bid requests), "forecast" (from train_delivery), "both".
     supply_model : the "forecast" supply: "ses" (default), "mean", "seasonal_naive" — see
@@ -1180,7 +1182,10 @@ def evaluate_sources(
     scored = np.unique(row_adv)
     pos = np.searchsorted(scored, row_adv)
     imp_actual = np.bincount(pos, weights=ev["impressions"].to_numpy(np.float64))
-    spend_actual = np.bincount(pos, weights=ev["spend"].to_numpy(np.float64))
+    # delivered spend is whole micros: summed as integers it is exact and reconciles with
+    # billing (a float sum gave 880.1107870000001 for 880.110787); a finer input is rounded
+    spend_micros = np.rint(ev["spend"].to_numpy(np.float64) * MICROS)
+    spend_actual = np.bincount(pos, weights=spend_micros) / MICROS
     row_supply = {"actual": ev["bid_requests"].to_numpy(np.float64)}
     supply_frame = None
     if "forecast" in modes:

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from adseg.units import MICROS
+
 TABLES = ("advertisers", "auctions", "delivery")
 COLUMNS: dict[str, tuple[str, ...]] = {
     "advertisers": ("advertiser_id", "name", "description"),
@@ -57,7 +59,6 @@ DATE_RANGE = ("2000-01-01", "2099-12-31")
 like 0001, 1970 or 9999 is an exporter's placeholder that would move the default windows."""
 MAX_ID_LENGTH = 64
 MAX_NAME_LENGTH = 512
-MICROS = 1_000_000
 MAX_ROWS_SHOWN = 5
 _TRUE = {"true", "t", "1", "yes", "y"}
 _FALSE = {"false", "f", "0", "no", "n"}

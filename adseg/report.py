@@ -311,6 +311,9 @@ def render_csv(data: ReportData) -> str:
         "advertiser_name",
         [_csv_safe(str(names[a])) if a in names else "" for a in out["advertiser_id"]],
     )
+    counts = out["impressions_actual"]
+    if counts.notna().all() and (counts == counts.round()).all():  # a count, not 1798540.0
+        out["impressions_actual"] = counts.round().astype(np.int64)
     out = out.sort_values(["source", "method", "supply_mode", "advertiser_id"], kind="stable")
     out["advertiser_id"] = [_csv_safe(str(a)) for a in out["advertiser_id"]]
     # no float_format: the shortest text that reads back as the same float (1253623688.246912,

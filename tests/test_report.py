@@ -207,6 +207,8 @@ def test_csv_round_trips_through_pandas(data):
     assert set(back.loc[back.advertiser_id == "a3", "advertiser_name"]) == {EVIL}
     assert set(back.loc[back.advertiser_id == "a5", "advertiser_name"]) == {"Advertiser a5"}
     assert set(back["source"]) == {"rcc", "text", "own", "global"}
+    line = text.splitlines()[1].split(",")
+    assert "." not in line[CSV_COLUMNS.index("impressions_actual")]  # a count: 1798540, not .0
 
 
 def test_csv_neutralises_spreadsheet_formulas():

@@ -9,7 +9,8 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 
 from adseg.forecast import samples_by_advertiser
-from adseg.store.models import MICROS, Advertiser, Auction, Delivery, Run
+from adseg.store.models import Advertiser, Auction, Delivery, Run
+from adseg.units import MICROS
 
 
 def table_counts(engine: Engine) -> dict[str, int]:
