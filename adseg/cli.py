@@ -42,6 +42,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 db_app = typer.Typer(help="Database schema: migrate and inspect.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -579,8 +580,10 @@ def nightly(
 ) -> None:
     """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
 
-    Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input,
-    75 another nightly run holds the lock (retry later), 130 / 143 stopped by Ctrl-C / SIGTERM."""
+    Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input, 75 another
+    nightly run holds the lock or the database server cannot be reached (retry later),
+    130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
+    standard output went away."""
     from sqlalchemy.exc import DatabaseError
 
     from adseg.pipeline import NightlyConfig, run_nightly
@@ -844,7 +847,7 @@ def segment_command(
         _print_left_out(done["left_out"])
     for name, error in done["errors"].items():
         err.print(f"warning: {name} failed: {error}", markup=False)
-    if done["unscored"]:
+    if done["unscored"] and not quiet:  # what happened, as asked: not a warning
         err.print(
             f"note: the forecasts and scores of {', '.join(done['unscored'])} in run {run} were "
             f"made with the replaced segments and are removed; `adseg forecast --run {run}` "

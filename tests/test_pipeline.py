@@ -408,7 +408,7 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
         ["forecast", "--supply", "actual"],
     ):
         res = runner.invoke(app, [*args, "--run", str(run_id), "--database-url", db_url, "-q"])
-        assert res.exit_code == 0, res.output
+        assert res.exit_code == 0 and res.output == "", res.output  # -q: not even a note
     for source, labels in store.read_segments(loaded, run_id).items():
         pd.testing.assert_series_equal(labels, segments[source], obj=source)
     again = store.read_forecast_results(loaded, run_id)["mape"]
@@ -670,6 +670,16 @@ def test_warnings_reach_the_user_as_one_line(loaded, db_url):
     assert "RuntimeWarning" not in res.output and "views.py" not in res.output
     res = runner.invoke(app, ["views", "--database-url", db_url, "--min-samples", "0"])
     assert res.exit_code == 2 and "'--min-samples'" in res.output
+
+
+def test_help_reflows_paragraphs_and_lists_every_exit_code():
+    """Docstrings' hard line breaks came through as ragged help lines ("… anyway; this" / "is
+    for a holder …"); nightly's help left out 129 (SIGHUP) and 75 for an unreachable server."""
+    res = runner.invoke(app, ["db", "unlock", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "anyway; this is for a holder on another host" in res.output
+    res = runner.invoke(app, ["nightly", "--help"], env={"COLUMNS": "100"})
+    text = " ".join(res.output.split())
+    assert "database server cannot be reached" in text and "129" in text and "141" in text
 
 
 @pytest.mark.parametrize(
