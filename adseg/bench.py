@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,31 @@ from sklearn.utils import check_random_state
 
 from adseg.ensemble import kmeans_ensemble
 from adseg.metrics import ari, clustering_accuracy, nmi
+
+HAND_WRITTEN = re.compile(
+    r"^## (?:Analysis|Addendum\b.*|.*\((?:hand-written|hand-added|written by hand)\b.*)$",
+    re.MULTILINE | re.IGNORECASE,
+)
+"""The heading of a results file's first hand-written section: it and all after it are kept."""
+
+
+def write_results(path: Path, generated: str) -> None:
+    """Write a benchmark's generated markdown to ``path``, keeping the hand-written tail of the
+    file it replaces: everything from the first ``## …`` heading that :data:`HAND_WRITTEN`
+    matches ("## Analysis", "## Notes (hand-written)", "## … (hand-added)", "## Discussion
+    (written by hand …)", "## Addendum …"). A re-run thus refreshes the tables without deleting
+    the reading that was written about them."""
+    path = Path(path)
+    tail = ""
+    if path.exists():
+        old = path.read_text(encoding="utf-8")
+        if match := HAND_WRITTEN.search(old):
+            tail = old[match.start() :]
+    text = generated.rstrip("\n") + "\n"
+    if tail and not HAND_WRITTEN.search(text):
+        text += "\n" + tail
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
 
 
 def machine_summary() -> str:

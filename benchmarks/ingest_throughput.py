@@ -2,9 +2,10 @@
 
 Writes N synthetic auction rows (plus advertisers and delivery) as CSV.gz, then times
 (a) read + validate and (b) the transactional upsert write, first load and re-load (all updates).
-Result: benchmarks/results/ingest_throughput.md.
+Result: benchmarks/results/ingest_throughput.md (``--output`` to write elsewhere; a hand-written
+section of the file is kept).
 
-    .venv/bin/python benchmarks/ingest_throughput.py --rows 500000
+    .venv/bin/python benchmarks/ingest_throughput.py --rows 300000
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from adseg.bench import write_results
 from adseg.ingest import read_directory
 from adseg.store import migrate
 from adseg.store.engine import make_engine
@@ -94,8 +96,9 @@ def measure(url: str, directory: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--advertisers", type=int, default=1268)
+    parser.add_argument("--output", type=Path, default=RESULTS, help=f"default {RESULTS}")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -113,6 +116,7 @@ def main() -> None:
             eng.dispose()
             rows += measure(url, files)
     table = pd.DataFrame(rows)
+    postgres = " (with ADSEG_TEST_POSTGRES_URL set for the PostgreSQL rows)" if url else ""
     load = os.getloadavg()
     mem = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout.split("\n")[1]
     text_out = (
@@ -121,8 +125,8 @@ def main() -> None:
         f"{os.cpu_count()} cores, memory `{' '.join(mem.split()[:2])} GiB`, Python "
         f"{platform.python_version()}, load average {load[0]:.1f} (the machine is shared; "
         "timings are noisy).\n\n"
-        f"Command: `.venv/bin/python benchmarks/ingest_throughput.py --rows {args.rows}`"
-        " (with ADSEG_TEST_POSTGRES_URL set for the PostgreSQL rows).\n\n"
+        f"Command: `.venv/bin/python benchmarks/ingest_throughput.py --rows {args.rows} "
+        f"--advertisers {args.advertisers}`{postgres}.\n\n"
         "Target: at least 50,000 auction rows/s into SQLite (write, in one transaction).\n"
         "Wall-clock rates depend on how busy the shared 2-core machine is; 'rows per CPU s' "
         "counts only this process's CPU time (for SQLite the database engine runs in-process, "
@@ -130,7 +134,7 @@ def main() -> None:
         + table.to_markdown(index=False)
         + "\n"
     )
-    RESULTS.write_text(text_out)
+    write_results(args.output, text_out)
     print(text_out)
 
 

@@ -20,7 +20,8 @@ Cases (prices in eCPM, quantised to 0.01 unless said):
 Usage:
     .venv/bin/python benchmarks/ks_timing.py            # full (≈ 10 min on the shared machine)
     .venv/bin/python benchmarks/ks_timing.py --quick    # smaller, ≈ 1 min
-Writes benchmarks/results/ks_timing.md and .csv (``--output`` to change the stem).
+Writes benchmarks/results/ks_timing.md and .csv (``--quick``: ks_timing_quick.*; ``--output``
+to change the stem).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from adseg.bench import write_results
 from adseg.landscape import ks_statistic_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,8 +178,14 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pairs", type=int, default=3000, help="scipy pairs sampled per case")
     parser.add_argument("--no-sim", action="store_true", help="skip the simulated marketplace")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "ks_timing"))
+    parser.add_argument(
+        "--output", default=None, help="stem of the .md and .csv (default results/ks_timing)"
+    )
     args = parser.parse_args(argv)
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = str(
+            ROOT / "benchmarks" / "results" / f"ks_timing{'_quick' if args.quick else ''}"
+        )
     rng = np.random.default_rng(args.seed)
     results: list[dict] = []
     pairs = args.pairs if not args.quick else min(args.pairs, 500)
@@ -291,7 +299,7 @@ Paper: agree (TPN) 74.21 %, disagree (FPN) 25.79 %.
 
 {_md(table5.round(4))}
 """
-    path.write_text(text)
+    write_results(path, text)
 
 
 def _md(frame: pd.DataFrame) -> str:

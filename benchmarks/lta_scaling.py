@@ -145,7 +145,7 @@ def main(argv=None) -> None:
         help="sizes run as probes capped at --probe-iter iterations (per-iteration cost)",
     )
     ap.add_argument("--probe-iter", type=int, default=40)
-    ap.add_argument("--output", type=Path, default=RESULTS / "lta_scaling.md")
+    ap.add_argument("--output", type=Path, default=None, help="default results/lta_scaling.md")
     ap.add_argument("--max-iter", type=int, default=500, help=argparse.SUPPRESS)
     ap.add_argument(
         "--worker", nargs=3, metavar=("N", "ORIENTATION", "FINAL"), help=argparse.SUPPRESS
@@ -156,6 +156,8 @@ def main(argv=None) -> None:
         print(json.dumps(worker(int(n), orientation, final, args.seed, args.max_iter)))
         return
     sizes = [300, 600] if args.quick else args.sizes
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = RESULTS / f"lta_scaling{'_quick' if args.quick else ''}.md"
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(args.threads)
@@ -179,7 +181,7 @@ def main(argv=None) -> None:
 
 
 def write_report(rows, args, sizes) -> None:
-    from adseg.bench import machine_summary
+    from adseg.bench import machine_summary, write_results
 
     cmd = "nice -n 10 .venv/bin/python benchmarks/lta_scaling.py " + " ".join(sys.argv[1:]).strip()
     lines = [
@@ -224,7 +226,7 @@ def write_report(rows, args, sizes) -> None:
     ]
     lines += estimates(rows)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
+    write_results(args.output, "\n".join(lines))
     print(f"wrote {args.output}")
 
 

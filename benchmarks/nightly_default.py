@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from adseg import pipeline
+from adseg.bench import write_results
 from adseg.ingest import read_directory
 from adseg.report import PAPER_MAPE
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
@@ -143,7 +144,7 @@ def main() -> None:
         result.consistency.to_markdown(index=False),
         "",
     ]
-    args.output.write_text("\n".join(lines))
+    write_results(args.output, "\n".join(lines))
     print("\n".join(lines))
 
 

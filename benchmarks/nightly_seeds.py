@@ -35,7 +35,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg import pipeline  # noqa: E402
-from adseg.bench import machine_summary  # noqa: E402
+from adseg.bench import machine_summary, write_results  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace  # noqa: E402
 from adseg.store import migrate  # noqa: E402
@@ -177,7 +177,7 @@ def main() -> None:
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.output.with_suffix(".csv"), index=False)
-    args.output.write_text("\n".join(lines))
+    write_results(args.output, "\n".join(lines))
     print("\n".join(lines))
 
 

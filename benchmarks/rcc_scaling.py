@@ -4,7 +4,8 @@ clusterings, K = 10), one subprocess per (method, n) so that each peak is its ow
     .venv/bin/python benchmarks/rcc_scaling.py                  # n = 1000, 2000, 5000
     .venv/bin/python benchmarks/rcc_scaling.py --sizes 1000 --quick
 
-Writes benchmarks/results/rcc_scaling.md and .csv. For n < 5000 the items are a seeded random
+Writes benchmarks/results/rcc_scaling.md and .csv (``--quick``: rcc_scaling_quick.*; a
+hand-written section of the .md is kept). For n < 5000 the items are a seeded random
 subset of pool_mnist's 5,000. Peak memory: ``ru_maxrss`` of the child (whole process: Python,
 libraries, the label matrix and every n×n array) and the tracemalloc peak of the fit alone
 (numpy's allocations, i.e. the n×n arrays and temporaries). The load average is recorded beside
@@ -30,6 +31,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
+
+from adseg.bench import write_results  # noqa: E402
 
 
 def child(method: str, n: int, n_cols: int, seed: int, params: dict) -> dict:
@@ -81,8 +84,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--params", default="{}", help="JSON keyword arguments for the fuser")
     ap.add_argument("--timeout", type=float, default=900.0)
-    ap.add_argument("--quick", action="store_true", help="n = 1000 only")
-    ap.add_argument("--output", type=Path, default=RESULTS / "rcc_scaling.md")
+    ap.add_argument(
+        "--quick", action="store_true", help="n = 1000 only (default output rcc_scaling_quick.md)"
+    )
+    ap.add_argument("--output", type=Path, default=None, help="default results/rcc_scaling.md")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     params = json.loads(args.params)
@@ -92,6 +97,8 @@ def main() -> None:
         return
     if args.quick:
         args.sizes = [1000]
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = RESULTS / f"rcc_scaling{'_quick' if args.quick else ''}.md"
     rows = []
     for n in args.sizes:
         for method in args.methods:
@@ -121,7 +128,7 @@ def main() -> None:
         frame = pd.concat([old, frame], ignore_index=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(csv, index=False)
-    args.output.write_text(render(frame, " ".join(sys.argv[1:])))
+    write_results(args.output, render(frame, " ".join(sys.argv[1:])))
     print(f"wrote {args.output}")
 
 

@@ -43,6 +43,8 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 STEM = "rcec_scaling"
 
+from adseg.bench import write_results  # noqa: E402
+
 
 def ensemble(regime: str, n: int, n_clusterings: int, noise: float, seed: int):
     from adseg.datasets import load_dataset
@@ -122,7 +124,7 @@ def main(argv=None) -> None:
 
         meta = json.loads((RESULTS / f"{STEM}.json").read_text())
         rows = pd.read_csv(RESULTS / f"{STEM}.csv").to_dict("records")
-        write(rows, meta["command"], time.time() - meta["minutes"] * 60, meta.get("date"))
+        write(rows, meta["command"], meta["minutes"], meta.get("date"))
         return
     if args.worker:
         regime, n, m, solver = args.worker
@@ -146,16 +148,16 @@ def main(argv=None) -> None:
         else:
             rows.append(json.loads(found[-1][7:]))
         print(rows[-1], flush=True)
-        write(rows, command, t_start)
+        write(rows, command, (time.time() - t_start) / 60)
 
 
-def write(rows: list[dict], command: str, t_start: float, date: str | None = None) -> None:
+def write(rows: list[dict], command: str, minutes: float, date: str | None = None) -> None:
+    """The results of a run that took ``minutes`` (so far) as .csv, .json and .md."""
     import pandas as pd
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows)
     frame.to_csv(RESULTS / f"{STEM}.csv", index=False)
-    minutes = (time.time() - t_start) / 60
     date = date or f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}"
     meta = {"command": command, "minutes": minutes, "date": date}
     (RESULTS / f"{STEM}.json").write_text(json.dumps(meta))
@@ -200,7 +202,7 @@ def write(rows: list[dict], command: str, t_start: float, date: str | None = Non
         )
         + ".",
     ]
-    (RESULTS / f"{STEM}.md").write_text("\n".join(lines) + "\n")
+    write_results(RESULTS / f"{STEM}.md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

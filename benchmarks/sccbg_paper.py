@@ -41,7 +41,7 @@ from sklearn.feature_extraction.text import TfidfTransformer  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 from sklearn.preprocessing import normalize  # noqa: E402
 
-from adseg.bench import Ensemble, kmeans_ensembles, pool_ensembles  # noqa: E402
+from adseg.bench import Ensemble, kmeans_ensembles, pool_ensembles, write_results  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus.sccbg import SCCBG, anmi, gamma_choice_key  # noqa: E402
 from adseg.datasets import load_dataset  # noqa: E402
@@ -210,7 +210,7 @@ def fallback_first_acc(rows: dict, variant: str, grid) -> float | None:
     return float(np.mean(picked))
 
 
-def write_results(results: dict, args, command: str, grid) -> str:
+def render_results(results: dict, args, command: str, grid) -> str:
     names = list(results)
     machine = (
         f"{platform.platform()}, nproc={os.cpu_count()}, "
@@ -358,7 +358,7 @@ def main(argv=None) -> None:
     p.add_argument("--datasets", nargs="*", default=list(KMEANS_SETS + POOL_SETS))
     p.add_argument("--reps", type=int, default=None, help="ensembles per k-means set (paper 10)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--output", type=Path, default=None, help=f"default {RESULTS.name}")
     p.add_argument(
         "--resume",
         action="store_true",
@@ -366,6 +366,8 @@ def main(argv=None) -> None:
         " protocol run as several shorter commands; the report lists every command used)",
     )
     args = p.parse_args(argv)
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = RESULTS.with_name("sccbg_paper_quick.md") if args.quick else RESULTS
     grid = (1e-4, 1e-2) if args.quick else GRID
     reps = args.reps or (2 if args.quick else 10)
     results = {}
@@ -400,9 +402,9 @@ def main(argv=None) -> None:
     if assembled.strip() not in commands:
         commands.append(assembled.strip() + "  (assembles the stored per-data-set results)")
     command = " && ".join(commands)
-    text = write_results(results, args, command.strip(), grid)
+    text = render_results(results, args, command.strip(), grid)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    write_results(args.output, text)
     print(text)
 
 

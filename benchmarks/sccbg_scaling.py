@@ -39,7 +39,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "sccbg_scaling.md"
+
+from adseg.bench import write_results  # noqa: E402
+
 CACHE = Path("/tmp/adseg_sccbg_cache")
 SEED = 0
 
@@ -154,7 +158,7 @@ def table(rows: list[dict]) -> list[str]:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes up to 22,000 only")
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--output", type=Path, default=None, help=f"default {RESULTS.name}")
     p.add_argument("--resume", action="store_true", help="reuse rows stored under " + str(CACHE))
     p.add_argument(
         "--cases",
@@ -165,6 +169,8 @@ def main(argv=None) -> None:
         worker(sys.argv[2], int(sys.argv[3]), bool(int(sys.argv[4])))
         return
     args = p.parse_args(argv)
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = RESULTS.with_name("sccbg_scaling_quick.md") if args.quick else RESULTS
     t0 = time.perf_counter()
 
     def log(msg):
@@ -267,7 +273,7 @@ def write_report(args, series_a, series_b, series_c, pending) -> None:
             "",
         ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(out))
+    write_results(args.output, "\n".join(out))
     print("\n".join(out))
 
 

@@ -349,8 +349,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--methods", nargs="*", default=list(METHODS), help=f"subset of {list(METHODS)}"
     )
-    parser.add_argument("--output", default="trce_paper", help="results file stem")
+    parser.add_argument(
+        "--output", default=None, help="results file stem (default trce_paper; --quick: *_quick)"
+    )
     args = parser.parse_args(argv)
+    if args.output is None:  # a smoke run never replaces the recorded results
+        args.output = "trce_paper_quick" if args.quick else "trce_paper"
     names = args.datasets or (QUICK_SETS if args.quick else list(DATASETS))
     unknown = [d for d in names if d not in DATASETS]
     if unknown:

@@ -7,7 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from adseg.bench import adversary_weight, machine_summary, partial_view_ensemble, shuffle_items
+from adseg.bench import (
+    adversary_weight,
+    machine_summary,
+    partial_view_ensemble,
+    shuffle_items,
+    write_results,
+)
 
 
 def test_machine_summary_names_cpus_memory_python_and_load():
@@ -97,3 +103,31 @@ def test_kmeans_ensemble_rejects_an_unknown_init():
 
     with pytest.raises(ValueError, match="init must be one of"):
         kmeans_ensemble(np.eye(5), 2, 2, init="forgy")
+
+
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "## Analysis",
+        "## Notes (hand-written)",
+        "## Notes (hand-written, 2026-11-21 11:05 UTC)",
+        "## pool_usps on a quiet machine (hand-added)",
+        "## Discussion (written by hand after the run, from the tables above)",
+        "## Addendum (2026-11-21): row blocks",
+    ],
+)
+def test_write_results_keeps_the_hand_written_tail(tmp_path, heading):
+    """A re-run (or a --from-csv re-render) deleted the reading written below the tables."""
+    path = tmp_path / "r.md"
+    path.write_text(f"# T\n\n| a |\n| 1 |\n\n{heading}\n\nWhy 1.\n\n## More\n\nx\n")
+    write_results(path, "# T\n\n| a |\n| 2 |\n")
+    assert path.read_text() == f"# T\n\n| a |\n| 2 |\n\n{heading}\n\nWhy 1.\n\n## More\n\nx\n"
+    write_results(path, "# T\n\n| a |\n| 3 |\n")  # idempotent: the tail once
+    assert path.read_text().count(heading) == 1 and "| 3 |" in path.read_text()
+
+
+def test_write_results_without_a_hand_written_section_replaces_the_file(tmp_path):
+    path = tmp_path / "r.md"
+    path.write_text("# T\n\n## Runs\n\nold\n")
+    write_results(path, "# T\n\n## Runs\n\nnew")
+    assert path.read_text() == "# T\n\n## Runs\n\nnew\n"
