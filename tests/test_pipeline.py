@@ -121,6 +121,51 @@ def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monke
     assert store.lock_holder(loaded) is None, "the lock is released after a failure"
 
 
+def test_a_run_whose_lock_was_forced_away_never_completes(loaded, market_dir, monkeypatch):
+    """`adseg db unlock --force` on a live holder marks its run failed and deletes its results;
+    the holder then finished and marked the run completed, a broken run (no base clusterings)
+    that became the default of `adseg report`."""
+    real_forecast = pipeline.forecast
+
+    def forecast_after_a_forced_unlock(*args, **kwargs):
+        store.clear_lock(loaded, "nightly", force=True)  # another terminal, mid-run
+        return real_forecast(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "forecast", forecast_after_a_forced_unlock)
+    with pytest.raises(store.RunLostError, match="marked failed by another process"):
+        pipeline.run_nightly(loaded, config=_config(market_dir))
+    (run,) = store.list_runs(loaded).itertuples()
+    assert run.status == "failed" and "marked failed by another process" in run.error
+    assert store.read_segments(loaded, run.run_id) == {}
+    assert store.read_forecast_results(loaded, run.run_id)["mape"].empty
+    assert store.lock_holder(loaded) is None
+    with pytest.raises(store.RunNotFoundError):  # not the default run of `adseg report`
+        store.latest_completed_run(loaded)
+
+
+def test_the_lock_message_gives_the_time_in_utc_whatever_the_session_zone(loaded, db_url):
+    """PostgreSQL returns timestamps in the session's zone: 09:21 was printed as "UTC" for
+    03:51 UTC on a database set to Asia/Kolkata."""
+    import datetime as dt
+
+    from sqlalchemy import create_engine
+
+    zoned = loaded
+    if db_url.startswith("postgresql"):
+        zoned = create_engine(db_url, connect_args={"options": "-c timezone=Asia/Kolkata"})
+    holder = store.acquire_lock(loaded, "nightly")
+    try:
+        taken = store.lock_holder(zoned).acquired_at
+        assert taken.utcoffset() == dt.timedelta(0)
+        assert abs(dt.datetime.now(dt.UTC) - taken) < dt.timedelta(minutes=5)
+        with pytest.raises(store.RunLockedError, match=f"since {taken:%Y-%m-%d %H:%M:%S} UTC"):
+            store.acquire_lock(zoned, "nightly")
+    finally:
+        store.release_lock(loaded, "nightly", holder)
+        if zoned is not loaded:
+            zoned.dispose()
+
+
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:

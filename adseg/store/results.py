@@ -41,6 +41,11 @@ class RunNotFoundError(LookupError):
     """No such run (or it is not completed)."""
 
 
+class RunLostError(RuntimeError):
+    """The run was marked failed by another process while it ran (its lock was cleared with
+    ``adseg db unlock --force``): it may not complete, and its results are not kept."""
+
+
 # --- runs ----------------------------------------------------------------------------------
 
 
@@ -88,14 +93,18 @@ def complete_run(
     engine: Engine, run_id: int, timings: dict[str, float], resolved: dict | None = None
 ) -> None:
     """Mark the run completed: its results become visible. ``resolved`` (what the run decided
-    itself, e.g. the number of segments) is added to its parameters under "resolved"."""
+    itself, e.g. the number of segments) is added to its parameters under "resolved".
+
+    Only a run still 'running' completes: one that another process marked failed meanwhile
+    (``adseg db unlock --force`` on a live holder) raises RunLostError instead, so that the
+    caller fails it again and deletes what it wrote after that."""
     with engine.begin() as conn:
         params = conn.scalar(select(Run.parameters).where(Run.run_id == run_id)) or {}
         if resolved:
             params = {**params, "resolved": _jsonable(resolved)}
-        conn.execute(
+        done = conn.execute(
             update(Run)
-            .where(Run.run_id == run_id)
+            .where(Run.run_id == run_id, Run.status == "running")
             .values(
                 status="completed",
                 finished_at=_now(),
@@ -103,6 +112,11 @@ def complete_run(
                 parameters=params,
             )
         )
+        if done.rowcount != 1:
+            raise RunLostError(
+                f"run {run_id} was marked failed by another process while it ran (its lock was "
+                "cleared: `adseg db unlock --force`?); its results are not kept"
+            )
 
 
 def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float]) -> None:
@@ -230,7 +244,8 @@ def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
         row = conn.execute(select(*cols).where(RunLock.name == name)).first()
     if row is None:
         return None
-    return LockHolder(*row)
+    name, run_id, holder, acquired_at = row
+    return LockHolder(name, run_id, holder, _as_utc(acquired_at))
 
 
 def release_lock(engine: Engine, name: str, holder: str) -> None:
@@ -463,6 +478,14 @@ def read_forecast_results(engine: Engine, run_id: int) -> dict[str, pd.DataFrame
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _as_utc(moment: dt.datetime) -> dt.datetime:
+    """A stored timestamp as aware UTC: SQLite gives back naive UTC, PostgreSQL an aware time in
+    the session's time zone (a database set to Asia/Kolkata printed 09:21 "UTC" for 03:51)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC)
 
 
 def _float_or_none(x) -> float | None:
