@@ -860,6 +860,17 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
 # --- reports -------------------------------------------------------------------------------
 
 
+def _in_source_order(frame: pd.DataFrame, run: dict) -> pd.DataFrame:
+    """``frame``'s rows with its sources in the order the nightly prints them: the single views,
+    the run's fusers, then truth, own, global and any other (alphabetically)."""
+    fusers = list((run.get("parameters") or {}).get("fusers") or [])
+    order = [*SINGLE_VIEW_SOURCES, *fusers, "truth", "own", "global"]
+    rank = {s: i for i, s in enumerate(dict.fromkeys(order))}
+    position = frame["source"].map(lambda s: rank.get(s, len(rank)))
+    ordered = frame.assign(_position=position).sort_values(["_position", "source"], kind="stable")
+    return ordered.drop(columns="_position").reset_index(drop=True)
+
+
 def load_report_data(engine: Engine, run_id: int):
     """Everything a report of run ``run_id`` shows, read back from the store. Only completed runs
     are reported (a running or failed run has no visible results)."""
@@ -904,7 +915,7 @@ def load_report_data(engine: Engine, run_id: int):
         kwargs["segment_sizes"] = sizes[["source", "segment", "n_advertisers"]]
     return ReportData(
         run=run,
-        mape=saved["mape"],
+        mape=_in_source_order(saved["mape"], run),
         segment_cdfs=saved["segment_cdfs"],
         forecasts=saved["forecasts"],
         consistency=None if views is None else view_consistency(views),

@@ -166,6 +166,30 @@ def test_the_lock_message_gives_the_time_in_utc_whatever_the_session_zone(loaded
             zoned.dispose()
 
 
+def test_advertisers_are_read_in_code_point_order_whatever_the_collation(engine, db_url):
+    """The item order of every view and fuser came from SQL ORDER BY, which follows a PostgreSQL
+    database's collation: on an ICU or en_US database "a-000" came before "B-015" (after it in C
+    and in SQLite), so the same data and seed gave other segments. Sorted in Python now."""
+    from sqlalchemy import insert
+
+    from adseg.store.models import Advertiser
+
+    ids = ["a-000", "B-015", "Z-9", "b-1", "_x", "é-2", "A-1"]
+    with engine.begin() as conn:
+        conn.execute(insert(Advertiser), [{"advertiser_id": i, "name": i} for i in ids])
+    assert reads.advertisers(engine)["advertiser_id"].tolist() == sorted(ids)
+    if db_url.startswith("postgresql"):  # what an en-US database does with ORDER BY
+        from sqlalchemy import text
+
+        query = 'SELECT advertiser_id FROM advertisers ORDER BY advertiser_id COLLATE "{}"'
+        with engine.connect() as conn:
+            try:
+                collated = conn.execute(text(query.format("en-US-x-icu"))).scalars().all()
+            except Exception:  # a server built without ICU: nothing to compare with
+                return
+        assert collated != sorted(ids)  # the case the Python sort protects against
+
+
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:
@@ -256,6 +280,8 @@ def test_reports_from_the_cli(loaded, market_dir, db_url, tmp_path):
     assert tuple(doc) == JSON_TOP_LEVEL_KEYS
     assert {"run_id", "windows", "sources"} <= set(doc)
     assert set(doc["sources"]["rcc"]) == set(JSON_SOURCE_KEYS)
+    # the nightly's order on every database (it was the database's row order)
+    assert list(doc["sources"]) == ["win_rate", "ecpm", "text", "rcc", "l2", "own", "global"]
     res = runner.invoke(app, ["report", "--database-url", db_url, "--format", "csv"])
     assert res.exit_code == 0
     assert res.stdout.splitlines()[0].startswith("advertiser_id")

@@ -23,14 +23,18 @@ def table_counts(engine: Engine) -> dict[str, int]:
 
 
 def advertisers(engine: Engine) -> pd.DataFrame:
-    """advertiser_id, name, description, sorted by advertiser_id."""
-    stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description).order_by(
-        Advertiser.advertiser_id
-    )
+    """advertiser_id, name, description, sorted by advertiser_id in code-point order.
+
+    Sorted here, not by SQL ORDER BY: text order in PostgreSQL follows the database's collation
+    (en_US or ICU put "a-000" before "B-015", C and SQLite after), and the order of the
+    advertisers is the item order of every view and fuser — the same data and seed gave other
+    segments on an ICU database than on SQLite."""
+    stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description)
     with engine.connect() as conn:
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             conn.execute(stmt).all(), columns=["advertiser_id", "name", "description"]
         )
+    return _sorted(frame, ["advertiser_id"])
 
 
 def auctions(engine: Engine) -> pd.DataFrame:
@@ -43,13 +47,14 @@ def auctions(engine: Engine) -> pd.DataFrame:
         Auction.market_price_micros,
         Auction.won,
         Auction.paid_micros,
-    ).order_by(Auction.auction_id)
+    )
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
     frame = pd.DataFrame(
         rows,
         columns=["auction_id", "advertiser_id", "ts", "bid", "market", "won", "paid"],
     )
+    frame = _sorted(frame, ["auction_id"])
     return pd.DataFrame(
         {
             "auction_id": frame["auction_id"],
@@ -72,7 +77,7 @@ def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None =
         Delivery.bid_micros,
         Delivery.impressions,
         Delivery.spend_micros,
-    ).order_by(Delivery.advertiser_id, Delivery.date)
+    )
     if start is not None:
         stmt = stmt.where(Delivery.date >= start)
     if end is not None:
@@ -82,6 +87,7 @@ def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None =
     frame = pd.DataFrame(
         rows, columns=["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
     )
+    frame = _sorted(frame, ["advertiser_id", "date"])
     return pd.DataFrame(
         {
             "advertiser_id": frame["advertiser_id"].astype(str),
@@ -92,6 +98,12 @@ def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None =
             "spend": frame["spend"].astype(np.float64) / MICROS,
         }
     )
+
+
+def _sorted(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``frame`` sorted by ``by`` as Python compares (code points for text, whatever the
+    database's collation), index 0..n-1. O(n log n)."""
+    return frame.sort_values(by, kind="stable").reset_index(drop=True)
 
 
 def delivery_date_range(engine: Engine) -> tuple[dt.date, dt.date] | None:

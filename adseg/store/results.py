@@ -428,14 +428,18 @@ def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
 
 
 def _frame(engine: Engine, model, run_id: int) -> pd.DataFrame:
-    """A run's rows of ``model``'s table. Float columns are float64 even when every value is
-    NULL (pandas would otherwise make an all-None column of dtype object, and arithmetic and
-    nlargest on it fail: a run whose every forecast is empty)."""
+    """A run's rows of ``model``'s table, sorted by its primary key in Python (the same order on
+    every database: without it the rows came in the database's order, which differs between
+    SQLite and PostgreSQL and changes after an update). Float columns are float64 even when
+    every value is NULL (pandas would otherwise make an all-None column of dtype object, and
+    arithmetic and nlargest on it fail: a run whose every forecast is empty)."""
     cols = [c for c in model.__table__.columns if c.name != "run_id"]
     stmt = select(*cols).where(model.run_id == run_id)
     with engine.connect() as conn:
         frame = pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
     floats = [c.name for c in cols if isinstance(c.type, Float)]
+    key = [c.name for c in cols if c.primary_key]
+    frame = frame.sort_values(key, kind="stable").reset_index(drop=True)
     return frame.astype(dict.fromkeys(floats, np.float64))
 
 
