@@ -192,14 +192,16 @@ class PulledData:
 
 
 def pull(engine: Engine, windows: Windows) -> PulledData:
-    """Stage 1: advertisers, training-window samples (one query), both windows' delivery."""
-    adv = reads.advertisers(engine)
-    if adv.empty:
-        raise ValueError(_NO_ADVERTISERS)
-    ids = adv["advertiser_id"].to_numpy(dtype=object)
-    win, cost = reads.price_samples(engine, ids, windows.train_start, windows.train_end)
-    train = reads.delivery(engine, windows.train_start, windows.train_end)
-    evaluation = reads.delivery(engine, windows.eval_start, windows.eval_end)
+    """Stage 1: advertisers, training-window samples (one query), both windows' delivery, all
+    read from one snapshot of the database (an ingest committing meanwhile is not half seen)."""
+    with reads.snapshot(engine) as conn:
+        adv = reads.advertisers(conn)
+        if adv.empty:
+            raise ValueError(_NO_ADVERTISERS)
+        ids = adv["advertiser_id"].to_numpy(dtype=object)
+        win, cost = reads.price_samples(conn, ids, windows.train_start, windows.train_end)
+        train = reads.delivery(conn, windows.train_start, windows.train_end)
+        evaluation = reads.delivery(conn, windows.eval_start, windows.eval_end)
     _require_window_data(windows, sum(len(s) for s in win), len(evaluation))
     return PulledData(
         ids,

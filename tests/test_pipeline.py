@@ -190,6 +190,41 @@ def test_advertisers_are_read_in_code_point_order_whatever_the_collation(engine,
         assert collated != sorted(ids)  # the case the Python sort protects against
 
 
+def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir, monkeypatch):
+    """An ingest committing between the pull's reads made the evaluation delivery name
+    advertisers the advertiser list did not have, and the nightly failed ("eval_delivery has
+    N row(s) of advertisers not in advertiser_ids"). The reads now share one snapshot."""
+    from sqlalchemy import insert
+
+    from adseg.store.models import Advertiser, Delivery
+
+    windows = pipeline.default_windows(loaded)
+    real_price_samples = reads.price_samples
+
+    def samples_then_an_ingest_commits(*args, **kwargs):
+        out = real_price_samples(*args, **kwargs)
+        with loaded.begin() as conn:  # another process's ingest, between two reads
+            conn.execute(insert(Advertiser).values(advertiser_id="zz-new", name="New"))
+            conn.execute(
+                insert(Delivery).values(
+                    advertiser_id="zz-new",
+                    date=windows.eval_start,
+                    bid_requests=10,
+                    bid_micros=1_000_000,
+                    impressions=1,
+                    spend_micros=1_000,
+                )
+            )
+        return out
+
+    monkeypatch.setattr(reads, "price_samples", samples_then_an_ingest_commits)
+    data = pipeline.pull(loaded, windows)
+    assert "zz-new" not in set(data.advertiser_ids)
+    assert "zz-new" not in set(data.eval_delivery["advertiser_id"])  # not half of the ingest
+    monkeypatch.undo()
+    assert "zz-new" in set(pipeline.pull(loaded, windows).advertiser_ids)  # the next run sees it
+
+
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:

@@ -1,28 +1,57 @@
-"""Reads that return pandas frames and arrays (prices back in eCPM floats, money in currency)."""
+"""Reads that return pandas frames and arrays (prices back in eCPM floats, money in currency).
+
+Every read takes an Engine, or a Connection from :func:`snapshot` so that several reads see the
+database as of one moment."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from adseg.forecast import samples_by_advertiser
 from adseg.store.models import Advertiser, Auction, Delivery, Run
 from adseg.units import MICROS
 
 
+@contextmanager
+def snapshot(engine: Engine) -> Iterator[Connection]:
+    """One connection whose reads all see the same committed state: a REPEATABLE READ
+    transaction on PostgreSQL, a read transaction on SQLite (with WAL, a snapshot taken at its
+    first read). An `adseg ingest` that commits while the nightly reads made its delivery name
+    advertisers its advertiser list did not have, and the run failed. Nothing is written."""
+    with _connect(engine) as conn:
+        if conn.dialect.name == "postgresql":
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+            return
+        conn.exec_driver_sql("BEGIN")  # the sqlite3 module starts no transaction for reads
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+
+
+def _connect(bind: Engine | Connection):
+    """A connection to read with: a new one from an engine, or the snapshot's own."""
+    return nullcontext(bind) if isinstance(bind, Connection) else bind.connect()
+
+
 def table_counts(engine: Engine) -> dict[str, int]:
     """Row count of each data table."""
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         return {
             m.__tablename__: conn.scalar(select(func.count()).select_from(m))
             for m in (Advertiser, Auction, Delivery, Run)
         }
 
 
-def advertisers(engine: Engine) -> pd.DataFrame:
+def advertisers(engine: Engine | Connection) -> pd.DataFrame:
     """advertiser_id, name, description, sorted by advertiser_id in code-point order.
 
     Sorted here, not by SQL ORDER BY: text order in PostgreSQL follows the database's collation
@@ -30,7 +59,7 @@ def advertisers(engine: Engine) -> pd.DataFrame:
     advertisers is the item order of every view and fuser — the same data and seed gave other
     segments on an ICU database than on SQLite."""
     stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description)
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         frame = pd.DataFrame(
             conn.execute(stmt).all(), columns=["advertiser_id", "name", "description"]
         )
@@ -48,7 +77,7 @@ def auctions(engine: Engine) -> pd.DataFrame:
         Auction.won,
         Auction.paid_micros,
     )
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         rows = conn.execute(stmt).all()
     frame = pd.DataFrame(
         rows,
@@ -68,7 +97,7 @@ def auctions(engine: Engine) -> pd.DataFrame:
     )
 
 
-def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None = None):
+def delivery(engine: Engine | Connection, start: dt.date | None = None, end: dt.date | None = None):
     """Daily delivery rows (inclusive date window), money in currency units, sorted."""
     stmt = select(
         Delivery.advertiser_id,
@@ -82,7 +111,7 @@ def delivery(engine: Engine, start: dt.date | None = None, end: dt.date | None =
         stmt = stmt.where(Delivery.date >= start)
     if end is not None:
         stmt = stmt.where(Delivery.date <= end)
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         rows = conn.execute(stmt).all()
     frame = pd.DataFrame(
         rows, columns=["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
@@ -108,7 +137,7 @@ def _sorted(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def delivery_date_range(engine: Engine) -> tuple[dt.date, dt.date] | None:
     """First and last delivery date, or None when there is no delivery."""
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         lo, hi = conn.execute(select(func.min(Delivery.date), func.max(Delivery.date))).one()
     if lo is None:
         return None
@@ -116,7 +145,7 @@ def delivery_date_range(engine: Engine) -> tuple[dt.date, dt.date] | None:
 
 
 def price_samples(
-    engine: Engine,
+    engine: Engine | Connection,
     advertiser_ids: list[str] | np.ndarray,
     start: dt.date,
     end: dt.date,
@@ -131,7 +160,7 @@ def price_samples(
     stmt = select(Auction.advertiser_id, Auction.market_price_micros, Auction.paid_micros).where(
         Auction.ts >= lo, Auction.ts < hi
     )
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         rows = conn.execute(stmt).all()
     ids = np.asarray(advertiser_ids, dtype=object)
     frame = pd.DataFrame(rows, columns=["advertiser_id", "market", "paid"])
@@ -154,7 +183,7 @@ def window_counts(
     """What a run needs, counted without reading it (three COUNT queries): advertisers, auction
     rows in the training window (whole days, UTC) and delivery rows in the evaluation window."""
     lo, hi = _day_bounds(*train)
-    with engine.connect() as conn:
+    with _connect(engine) as conn:
         return {
             "advertisers": conn.scalar(select(func.count()).select_from(Advertiser)),
             "train_auctions": conn.scalar(
