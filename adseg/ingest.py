@@ -321,6 +321,9 @@ def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame |
         }
     )
     problems += _check_id(out["advertiser_id"], "advertiser_id", file)
+    problems += _check_text(out["name"], "name", file) + _check_text(
+        out["description"], "description", file
+    )
     problems += _rows_problem(file, (out["name"].str.len() == 0).to_numpy(), "name is empty")
     problems += _rows_problem(
         file,
@@ -492,16 +495,28 @@ def _id_lengths(ids: pd.Series) -> np.ndarray:
 
 
 def _id_ok(ids: pd.Series) -> np.ndarray:
-    """(n,) bool: ids that pass _check_id (present and not too long)."""
+    """(n,) bool: ids that pass _check_id (present, not too long, no NUL)."""
     lengths = _id_lengths(ids)
-    return (lengths > 0) & (lengths <= MAX_ID_LENGTH)
+    nul = ids.astype(str).str.contains("\x00", regex=False).to_numpy()
+    return (lengths > 0) & (lengths <= MAX_ID_LENGTH) & ~nul
 
 
 def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
     lengths = _id_lengths(ids)
-    return _rows_problem(file, lengths == 0, f"{column} is empty") + _rows_problem(
-        file, lengths > MAX_ID_LENGTH, f"{column} longer than {MAX_ID_LENGTH} characters"
+    return (
+        _rows_problem(file, lengths == 0, f"{column} is empty")
+        + _rows_problem(
+            file, lengths > MAX_ID_LENGTH, f"{column} longer than {MAX_ID_LENGTH} characters"
+        )
+        + _check_text(ids, column, file)
     )
+
+
+def _check_text(values: pd.Series, column: str, file: str) -> list[Problem]:
+    """Rows whose text holds a NUL character, which PostgreSQL text cannot store (its ingest
+    failed with a driver traceback) and SQLite would keep where no other tool reads it right."""
+    nul = values.astype(str).str.contains("\x00", regex=False).to_numpy()
+    return _rows_problem(file, nul, f"{column} contains a NUL character (byte 0x00)")
 
 
 def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:

@@ -638,6 +638,26 @@ def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path):
     ]
 
 
+def test_a_nul_character_in_text_is_refused_with_its_row(engine, db_url, tmp_path):
+    """PostgreSQL text cannot hold NUL: its ingest failed with a driver traceback (exit 1) while
+    SQLite stored the value. Refused on both now, naming file, row and column."""
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "advertisers.csv").write_bytes(
+        b"advertiser_id,name,description\nok-1,Fine,\nnul-1,Has,a \x00 inside\n"
+        b"nu\x00l,Id,d\nok-2,Na\x00me,d\n"
+    )
+    file = directory / "advertisers.csv"
+    assert _problems(directory) == [
+        f"{file}: row 3: advertiser_id contains a NUL character (byte 0x00)",
+        f"{file}: row 4: name contains a NUL character (byte 0x00)",
+        f"{file}: row 2: description contains a NUL character (byte 0x00)",
+    ]
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 2 and "NUL character" in result.output
+    assert reads.table_counts(engine)["advertisers"] == 0
+
+
 def test_rows_shorter_than_the_header_are_refused_not_padded(tmp_path):
     """A missing comma shifted the later fields one column left and pandas padded the row with an
     empty field: here the description went into name and the row was accepted."""
