@@ -130,7 +130,14 @@ def handle_errors(fn: Callable) -> Callable:
                 [str(p) for p in exc.problems],
             )
         except DatabaseError as exc:
-            _fail(*_database_failure(exc))
+            message, code = _database_failure(exc)
+            if (run_id := getattr(exc, "failed_run_id", None)) is not None:
+                # its row says so too; a server that went away mid-run is still "retry later"
+                _fail(
+                    f"run {run_id} failed: {message}",
+                    code if code == EXIT_TEMPFAIL else EXIT_FAILED,
+                )
+            _fail(message, code)
         except ValueError as exc:
             if (run_id := getattr(exc, "failed_run_id", None)) is not None:
                 _fail(f"run {run_id} failed: {exc}", EXIT_FAILED)  # its row says so too
@@ -170,20 +177,69 @@ _BAD_OPTION = (  # libpq's messages for a connection option it cannot use (confi
 )
 
 
+_REFUSED = " (check the user, password and database of the URL)"
+_BY_SQLSTATE = (  # (SQLSTATE prefixes, hint, exit code), the first match wins
+    (
+        ("53300",),  # too_many_connections
+        " (the server has no connection free for this user or database; retry later)",
+        EXIT_TEMPFAIL,
+    ),
+    (
+        ("57P01", "57P02", "57P03"),  # admin_shutdown, crash_shutdown, cannot_connect_now
+        " (the server is starting up or shutting down, or ended the session; retry later)",
+        EXIT_TEMPFAIL,
+    ),
+    (("08",), " (the connection to the server failed; retry later)", EXIT_TEMPFAIL),
+    (("28", "3D000"), _REFUSED, EXIT_BAD_INPUT),  # login refused, no such database
+    (
+        ("42501",),  # insufficient_privilege
+        " (the URL's user lacks a privilege it needs, e.g. CREATE on schema public for "
+        "`db upgrade`: grant it, or use the URL of a user that has it)",
+        EXIT_BAD_INPUT,
+    ),
+)
+_FATAL_SQLSTATES = (  # a refused login's message (the server's, in English) -> its SQLSTATE
+    ("too many connections for", "53300"),
+    ("sorry, too many clients already", "53300"),
+    ("remaining connection slots are reserved", "53300"),
+    ("the database system is starting up", "57P03"),
+    ("the database system is shutting down", "57P03"),
+    ("the database system is in recovery mode", "57P03"),
+    ("the database system is not yet accepting connections", "57P03"),
+    ("the database system is not accepting connections", "57P03"),
+    ("terminating connection due to administrator command", "57P01"),
+    ("password authentication failed", "28P01"),
+    ("no pg_hba.conf entry", "28000"),
+    ("permission denied for database", "42501"),
+)
+
+
 def _database_failure(exc) -> tuple[str, int]:
-    """(message, exit code) for a database error. A server that cannot be reached is temporary
-    (75: retry later); one that refuses us (wrong password, no such database or role) or an SQLite
-    file that is not usable is configuration (2); anything else is a failure (1)."""
-    reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+    """(message, exit code) for a database error. A server that cannot be reached, or turns us
+    away for now (too many connections, starting up or shutting down, a lost connection), is
+    temporary (75: retry later); one that refuses us (wrong password, no such database or role,
+    a missing privilege) or an SQLite file that is not usable is configuration (2); anything
+    else is a failure (1). PostgreSQL's errors are told apart by SQLSTATE; a refused login has
+    none in psycopg (libpq gives only the text), so its SQLSTATE is read off the message."""
+    orig = exc.orig
+    reason = str(orig).strip().splitlines()[0] if orig else type(exc).__name__
     message = f"database error: {reason}"
     if hint := _DATABASE_HINTS.get(reason):
         return message + hint, EXIT_BAD_INPUT
     reason = reason.removeprefix("connection is bad: ")  # psycopg 3.3 wraps libpq's reason
     if reason.startswith(_BAD_OPTION):
         return message + " (check the query options of the database URL)", EXIT_BAD_INPUT
+    state = getattr(orig, "sqlstate", None) or getattr(
+        getattr(orig, "diag", None), "sqlstate", None
+    )
+    if not state and orig is not None and "FATAL:" in str(orig):
+        state = next((code for words, code in _FATAL_SQLSTATES if words in str(orig)), None)
+    for prefixes, hint, code in _BY_SQLSTATE if isinstance(state, str) else ():
+        if state.startswith(prefixes):
+            return message + hint, code
     if reason.startswith(_UNREACHABLE):
         if "FATAL:" in reason:  # the server answered and refused the session
-            return message + " (check the user, password and database of the URL)", EXIT_BAD_INPUT
+            return message + _REFUSED, EXIT_BAD_INPUT
         return message + " (is the server running and reachable? retry later)", EXIT_TEMPFAIL
     return message, EXIT_FAILED
 
@@ -581,7 +637,8 @@ def nightly(
     """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
 
     Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input, 75 another
-    nightly run holds the lock or the database server cannot be reached (retry later),
+    nightly run holds the lock, or the database server cannot be reached, turns the login away
+    for now or goes away during the run (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
     standard output went away."""
     from sqlalchemy.exc import DatabaseError

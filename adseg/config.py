@@ -43,6 +43,12 @@ _AT_IN_PASSWORD = (
     "database URL: an '@' follows the user:password part (a password with an unescaped '@'?): "
     "percent-encode '@' in the password as %40, e.g. user:pa%40ss@host, not user:pa@ss@host."
 )
+_AMBIGUOUS_USERINFO = (
+    "database URL: an unescaped '@' (or a '?' before one) makes its user, password and host "
+    "ambiguous: percent-encode '@' in the password as %40, and in the user name and query "
+    "values too ('?' in a password as %3F, '/' as %2F), e.g. "
+    "user@host:5432/db?password=pa%40ss, not user@host:5432/db?password=pa@ss."
+)
 
 
 def database_url(flag: str | None = None) -> str:
@@ -52,6 +58,8 @@ def database_url(flag: str | None = None) -> str:
     parts = _URL_PATTERN.match(url)
     if parts is None:
         raise ValueError(_NOT_A_URL.format("ArgumentError"))
+    if _ambiguous_userinfo(parts):
+        raise ValueError(_AMBIGUOUS_USERINFO)
     if _misplaced_at(parts):
         raise ValueError(_AT_IN_PASSWORD)
     port = parts["port"]
@@ -89,6 +97,27 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database)
 
 
+def _ambiguous_userinfo(parts: re.Match) -> bool:
+    """Whether what SQLAlchemy reads as user:password may hold the host, or a password's tail
+    be read as the host. Its grammar takes the user name up to the first ':' and the password
+    up to the next '@', wherever they are, so an '@' after a URL's host lands there:
+    ``user@host:5432/db?password=pa@ss`` reads as user 'user@host', password
+    '5432/db?password=pa' and host 'ss' (the password's tail); ``host:5432/db?password=pa@ss``
+    as user 'host'. Refused: a user name with an '@' (also one meant as a name: it must be
+    %40), or starting with '[' (an IPv6 host); a password with a '?' (a query's start), or
+    one with a '/' after nothing but digits (a port and a database name). A password with a
+    '/' elsewhere is SQLAlchemy's to read (generated passwords often have one)."""
+    username, password = parts["username"], parts["password"]
+    if username is not None and ("@" in username or username.startswith("[")):
+        return True
+    if password is None:
+        return False
+    if "?" in password:
+        return True
+    head, slash, _ = password.partition("/")
+    return bool(slash) and (head == "" or (head.isascii() and head.isdigit()))
+
+
 def _misplaced_at(parts: re.Match) -> bool:
     """Whether an '@' landed after the user:password part (in the host, the port, off SQLite the
     database name, or a query parameter with no '=': a password with '?' in it): always a
@@ -106,10 +135,13 @@ def mask_url(url: str) -> str:
     """The URL with every password replaced by ***, safe to print or log: the user:password one,
     and query parameters whose name contains "password" (``?password=``, ``sslpassword=``; any
     case). If an '@' shows the password was not percent-encoded, all of user:password and the
-    text up to the last '@' become ***."""
+    text up to the last '@' become ***; if the user:password part may hold the host, or the host
+    a password's tail (see _ambiguous_userinfo), all but the scheme does."""
     parts = _URL_PATTERN.match(url)
     if parts is None:
         return "<unparseable database URL>"
+    if _ambiguous_userinfo(parts):  # which part is the password is unknown: show none
+        return f"{parts['name']}://{MASK}"
     if _misplaced_at(parts):
         # the password's end is unknown: hide everything up to the host's own '@', the last one
         # before the first key=value query parameter
@@ -134,15 +166,21 @@ def mask_url(url: str) -> str:
 
 
 def _mask_query(url: str) -> str:
-    """``url`` with the value of each query parameter whose name contains "password" as ***."""
+    """``url`` with the value of each query parameter whose name contains "password" as ***, and
+    any text with no '=' after such a value (the rest of a password with an unescaped '&')."""
     base, sep, query = url.partition("?")
     if not sep:
         return url
     pairs = []
+    in_password = False
     for pair in query.split("&"):
         key, eq, _ = pair.partition("=")
-        if eq and "password" in unquote_plus(key).lower():
-            pair = f"{key}={MASK}"
+        if eq:
+            in_password = "password" in unquote_plus(key).lower()
+            if in_password:
+                pair = f"{key}={MASK}"
+        elif in_password:
+            pair = MASK
         pairs.append(pair)
     return base + sep + "&".join(pairs)
 

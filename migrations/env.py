@@ -7,6 +7,7 @@ from alembic import context
 
 from adseg.config import database_url
 from adseg.store.engine import make_engine
+from adseg.store.migrate import lock_migrations
 from adseg.store.models import Base
 
 config = context.config
@@ -23,6 +24,7 @@ def run_migrations_online() -> None:
             compare_type=True,
         )
         with context.begin_transaction():
+            lock_migrations(connection)  # PostgreSQL: one migration at a time, till commit
             context.run_migrations()
         connection.commit()
 

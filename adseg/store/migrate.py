@@ -8,9 +8,22 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATION_LOCK_KEY = int.from_bytes(b"adsegmig", "big")
+"""Key of the PostgreSQL advisory lock that serialises migrations (a fixed BIGINT)."""
+
+
+def lock_migrations(connection: Connection) -> None:
+    """On PostgreSQL, wait for the advisory lock that serialises migrations, held until the
+    connection's transaction ends: two `adseg db upgrade` at once would otherwise both create
+    the same tables (one fails on a duplicate key in pg_type). Taken in the migration's
+    transaction before Alembic reads the database's revision, so the second upgrade waits for
+    the first to commit, then finds the schema current. Nothing on SQLite (there the second of
+    two upgrades at once can still fail on "table ... already exists", leaving the first's)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
 
 def _config(engine: Engine) -> Config:

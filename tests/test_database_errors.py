@@ -1,0 +1,292 @@
+"""Database URLs and errors a scheduled job must get right: a password's tail never read as the
+host, exit codes by SQLSTATE (75 retry later, 2 configuration, 1 a failed run), and
+`adseg db upgrade` run twice at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import psycopg.errors
+import pytest
+import typer
+from sqlalchemy import text
+from sqlalchemy.exc import DatabaseError, OperationalError, ProgrammingError
+from typer.testing import CliRunner
+
+from adseg.cli import app, handle_errors
+from adseg.config import database_url, mask_url
+
+runner = CliRunner()
+PG = "postgresql+psycopg"
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- 1. an unescaped '@' after the host: refused, and no part of the password printed ---------
+
+# SQLAlchemy's grammar reads the user name up to the first ':' and the password up to the next
+# '@': in these the host and port land in the user:password part, and the password's tail
+# ("ret9") becomes the host it would log in to
+AMBIGUOUS = [
+    f"{PG}://adseg@127.0.0.1:5432/qa3?password=adseg-test@ret9",  # as reported
+    f"{PG}://adseg@127.0.0.1:5432?password=adseg-test@ret9",
+    f"{PG}://127.0.0.1:5432/qa3?password=adseg-test@ret9",  # no user: the host is the "user"
+    f"{PG}://127.0.0.1:/qa3?password=adseg-test@ret9",
+    f"{PG}://[::1]:5432/qa3?password=adseg-test@ret9",
+    f"{PG}://adseg:adseg?test@ret9/qa3",  # a '?' in the password
+    f"{PG}://adseg@corp:adseg-test@ret9/qa3",  # an '@' in the user name
+]
+
+
+@pytest.mark.parametrize("url", AMBIGUOUS)
+def test_a_password_tail_is_not_read_as_the_host(url):
+    with pytest.raises(ValueError) as caught:
+        database_url(url)
+    message = str(caught.value)
+    assert "percent-encode '@' in the password as %40" in message
+    for secret in ("adseg-test", "ret9", "test@"):
+        assert secret not in message
+        assert secret not in mask_url(url)
+    assert mask_url(url) == f"{PG}://***"
+
+
+@pytest.mark.parametrize("command", [["runs"], ["db", "upgrade"]])
+def test_the_cli_refuses_a_password_tail_as_host_with_exit_2(command):
+    """It was exit 75 (a job retried forever), printing "failed to resolve host 'ret9'"."""
+    result = runner.invoke(app, [*command, "--database-url", AMBIGUOUS[0]])
+    assert result.exit_code == 2, result.output
+    assert "percent-encode '@' in the password as %40" in " ".join(result.output.split())
+    assert "ret9" not in result.output and "adseg-test" not in result.output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"{PG}://adseg@127.0.0.1:5432/qa3?password=adseg-test%40ret9",  # encoded: fine
+        f"{PG}://adseg%40corp:adseg-test%40ret9@127.0.0.1:5432/qa3",
+        f"{PG}://u:pa/ss+wd==@h:5432/db",  # a base64 password: SQLAlchemy reads it right
+        f"{PG}://u@h/db?application_name=me@x",  # an '@' in a query value, no port: fine
+    ],
+)
+def test_urls_that_read_one_way_only_pass(url):
+    assert database_url(url) == url
+
+
+def test_a_query_password_with_an_unescaped_ampersand_is_masked_whole():
+    url = f"{PG}://u@h/db?password=adseg&test@ret9&sslmode=require"
+    masked = mask_url(url)
+    assert masked == f"{PG}://***@h/db?password=***&***&sslmode=require"
+    assert "test" not in masked and "ret9" not in masked
+
+
+# --- 2. exit codes by SQLSTATE, and "run N failed:" for a run's database error -----------------
+
+
+def _exit(exc: BaseException, capsys) -> tuple[int, str]:
+    @handle_errors
+    def command():
+        raise exc
+
+    with pytest.raises(typer.Exit) as caught:
+        command()
+    return caught.value.exit_code, " ".join(capsys.readouterr().err.split())
+
+
+def _db_error(orig: Exception, cls=OperationalError) -> DatabaseError:
+    return cls("SELECT 1", {}, orig)
+
+
+@pytest.mark.parametrize(
+    "sqlstate, message, code, hint",
+    [
+        ("53300", 'too many connections for role "adseg"', 75, "retry later"),
+        ("57P03", "the database system is starting up", 75, "retry later"),
+        ("57P03", "the database system is shutting down", 75, "retry later"),
+        ("57P01", "terminating connection due to administrator command", 75, "retry later"),
+        ("57P02", "terminating connection because of crash of another server process", 75, ""),
+        ("08006", "connection failure", 75, "retry later"),
+        ("08P01", "protocol violation", 75, "retry later"),
+        ("28P01", 'password authentication failed for user "adseg"', 2, "check the user"),
+        ("28000", 'role "nobody" does not exist', 2, "check the user"),
+        ("3D000", 'database "nosuch" does not exist', 2, "check the user"),
+        ("42501", "permission denied for schema public", 2, "CREATE on schema public"),
+        ("23505", "duplicate key value violates unique constraint", 1, ""),
+    ],
+)
+def test_server_errors_exit_by_sqlstate(sqlstate, message, code, hint, capsys):
+    orig = psycopg.errors.lookup(sqlstate)(message)
+    cls = ProgrammingError if sqlstate.startswith("42") else OperationalError
+    exit_code, err = _exit(_db_error(orig, cls), capsys)
+    assert exit_code == code, err
+    assert err.startswith(f"error: database error: {message}")
+    assert hint in err
+
+
+@pytest.mark.parametrize(
+    "fatal, code",
+    [
+        ('too many connections for role "adseg"', 75),  # was 2 "check the user, password …"
+        ('too many connections for database "adseg"', 75),
+        ("sorry, too many clients already", 75),
+        ("the database system is starting up", 75),
+        ("the database system is in recovery mode", 75),
+        ('password authentication failed for user "adseg"', 2),
+        ('database "nosuch" does not exist', 2),
+        ('permission denied for database "adseg"', 2),
+    ],
+)
+def test_a_refused_login_without_a_sqlstate_is_classed_by_its_message(fatal, code, capsys):
+    """libpq gives no SQLSTATE for a login the server refused: psycopg's error has none."""
+    orig = psycopg.OperationalError(
+        f'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  {fatal}'
+    )
+    assert orig.sqlstate is None
+    exit_code, err = _exit(_db_error(orig), capsys)
+    assert exit_code == code, err
+    assert fatal in err
+
+
+@pytest.mark.parametrize(
+    "orig, code",
+    [
+        # the server went away mid-run: transient, retry later (was 1 with no "run N failed")
+        (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), 75),
+        (psycopg.OperationalError("server closed the connection unexpectedly"), 75),
+        (psycopg.errors.DiskFull("could not extend file: No space left on device"), 1),
+        (psycopg.errors.InsufficientPrivilege("permission denied for table runs"), 1),
+    ],
+)
+def test_a_database_error_in_a_run_names_the_failed_run(orig, code, capsys):
+    exc = _db_error(orig)
+    exc.failed_run_id = 7  # as pipeline._locked_run attaches it
+    exit_code, err = _exit(exc, capsys)
+    assert exit_code == code, err
+    assert err.startswith(f"error: run 7 failed: database error: {orig}")
+
+
+def _skip_unless_postgres(db_url: str) -> None:
+    if db_url.startswith("sqlite"):
+        pytest.skip("a PostgreSQL server is needed")
+
+
+def test_a_connection_dropped_mid_run_fails_the_run_and_says_retry(db_url, monkeypatch):
+    """A stage whose connection breaks: on PostgreSQL an administrator ends the session (57P01,
+    75: retry later); on SQLite a disk I/O error (1). Either way "run N failed:", run row too."""
+    from adseg import pipeline
+    from adseg.ingest import read_directory
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+    from adseg.store.load import write_batch
+
+    engine = make_engine(db_url)
+    migrate.upgrade(engine)
+    write_batch(engine, read_directory(REPO / "sample_campaigns" / "tiny"))
+
+    def broken_stages(engine, run_id, *args):
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":
+                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                with engine.connect() as other:  # waits (5 s at most) until it has ended
+                    other.execute(text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid})
+                conn.execute(text("SELECT 1"))
+            else:
+                import sqlite3
+
+                raise OperationalError("SELECT 1", {}, sqlite3.OperationalError("disk I/O error"))
+
+    monkeypatch.setattr(pipeline, "_run_stages", broken_stages)
+    result = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet"])
+    with engine.connect() as conn:
+        run_id, status = conn.execute(
+            text("SELECT run_id, status FROM runs ORDER BY run_id DESC")
+        ).first()
+    engine.dispose()
+    assert status == "failed"
+    output = " ".join(result.output.split())
+    if db_url.startswith("sqlite"):
+        assert result.exit_code == 1, result.output
+        assert output.startswith(f"error: run {run_id} failed: database error: disk I/O error")
+    else:
+        assert result.exit_code == 75, result.output
+        assert output.startswith(
+            f"error: run {run_id} failed: database error: terminating connection due to "
+            "administrator command"
+        )
+        assert "retry later" in output
+
+
+def test_db_upgrade_without_create_on_the_schema_is_a_configuration_error(db_url):
+    """It was exit 1, as if a run had failed."""
+    _skip_unless_postgres(db_url)
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        if conn.execute(
+            text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        ).scalar():
+            pytest.skip("a superuser has every privilege")
+        conn.execute(text("REVOKE CREATE ON SCHEMA public FROM CURRENT_USER, PUBLIC"))
+    engine.dispose()
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", db_url])
+    assert result.exit_code == 2, result.output
+    output = " ".join(result.output.split())
+    assert "database error: permission denied for schema public" in output
+    assert "CREATE on schema public" in output
+
+
+# --- 3. two `adseg db upgrade` at once on PostgreSQL -------------------------------------------
+
+
+def _upgrade_process(db_url: str) -> subprocess.Popen:
+    env = os.environ | {"OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "adseg", "db", "upgrade", "--database-url", db_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def test_db_upgrade_waits_for_the_migration_lock(db_url):
+    _skip_unless_postgres(db_url)
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(db_url)
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": migrate.MIGRATION_LOCK_KEY})
+        upgrade = _upgrade_process(db_url)
+        time.sleep(3)
+        assert upgrade.poll() is None, upgrade.communicate()[0]  # still waiting
+        assert migrate.current_revision(engine) is None
+        holder.rollback()  # lets it go
+    output, _ = upgrade.communicate(timeout=120)
+    assert upgrade.returncode == 0, output
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    engine.dispose()
+
+
+def test_two_db_upgrades_at_once_both_succeed(db_url):
+    """One used to fail: duplicate key value violates unique constraint
+    "pg_type_typname_nsp_index" (both created the same tables)."""
+    _skip_unless_postgres(db_url)
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(db_url)
+    for _ in range(4):  # the race was lost about one time in three
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
+        upgrades = [_upgrade_process(db_url) for _ in range(2)]
+        outputs = [p.communicate(timeout=120)[0] for p in upgrades]
+        assert [p.returncode for p in upgrades] == [0, 0], outputs
+        assert migrate.current_revision(engine) == migrate.head_revision()
+    engine.dispose()
