@@ -583,10 +583,12 @@ def _locked_run(
 ):
     """Take the nightly lock, create a 'running' run row and yield its id. On any error the run
     is marked failed (its partial results deleted) and the error re-raised with the run's id as
-    its ``failed_run_id``; the lock is always released. Raises store.RunLockedError before
-    writing anything if the lock is held."""
+    its ``failed_run_id``; the lock is released. If the run cannot be marked failed (the server
+    went away), the lock is left naming the run, so that the next run takes it over and fails
+    the run then. Raises store.RunLockedError before writing anything if the lock is held."""
     holder = store.acquire_lock(engine, "nightly")
     run_id = None
+    marked = True
     try:
         run_id = store.create_run(
             engine,
@@ -607,10 +609,35 @@ def _locked_run(
             message = error_text(exc)
             log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())
-            store.fail_run(engine, run_id, message, timings)
+            marked = _cleanup(
+                "mark run %s failed",
+                run_id,
+                lambda: store.fail_run(engine, run_id, message, timings),
+            )
         raise
     finally:
-        store.release_lock(engine, "nightly", holder)
+        if marked:
+            _cleanup(
+                "release the lock of run %s",
+                run_id,
+                lambda: store.release_lock(engine, "nightly", holder),
+            )
+        else:  # this process no longer holds it: the next run takes it over as stale
+            store.forget_lock(engine, "nightly")
+
+
+def _cleanup(what: str, run_id: int | None, step: Callable[[], None]) -> bool:
+    """A clean-up step after a run ended, which must not replace the run's own error with its
+    own: when the database server went away mid-run, marking the run failed fails too, and the
+    user saw that second error without "run N failed". A lock and a run row left behind are
+    taken over by the next run on this host (the process is gone) or cleared by `adseg db
+    unlock`."""
+    try:
+        step()
+    except Exception as exc:
+        log.warning("could not %s: %s", what % run_id, error_text(exc))
+        return False
+    return True
 
 
 def _parameters(config: NightlyConfig) -> dict:

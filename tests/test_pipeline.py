@@ -225,6 +225,31 @@ def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir,
     assert "zz-new" in set(pipeline.pull(loaded, windows).advertiser_ids)  # the next run sees it
 
 
+def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir, monkeypatch):
+    """When the server goes away mid-run, marking the run failed fails too; that second error
+    replaced the first, without the run's id, so the CLI could not say "run N failed"."""
+    from sqlalchemy.exc import OperationalError
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure in forecasting")
+
+    def server_gone(*args, **kwargs):
+        raise OperationalError("UPDATE runs", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(pipeline, "forecast", broken)
+    monkeypatch.setattr(store, "fail_run", server_gone)
+    with pytest.raises(RuntimeError, match="injected") as caught:
+        pipeline.run_nightly(loaded, config=_config(market_dir))
+    run_id = int(store.list_runs(loaded)["run_id"].iloc[0])
+    assert caught.value.failed_run_id == run_id
+    # the lock still names the run, so the next run takes it over and fails the run for good
+    assert store.lock_holder(loaded).run_id == run_id
+    monkeypatch.undo()
+    pipeline.run_nightly(loaded, config=_config(market_dir))
+    runs = store.list_runs(loaded).set_index("run_id")["status"]
+    assert runs[run_id] == "failed" and (runs == "completed").sum() == 1
+
+
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:

@@ -248,6 +248,12 @@ def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
     return LockHolder(name, run_id, holder, _as_utc(acquired_at))
 
 
+def forget_lock(engine: Engine, name: str) -> None:
+    """Stop counting the lock as held by this process without deleting its row: the next
+    acquire (here, or by a later process) finds it stale, takes it over and fails its run."""
+    _held_here.discard(_lock_key(engine, name))
+
+
 def release_lock(engine: Engine, name: str, holder: str) -> None:
     with engine.begin() as conn:
         conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
