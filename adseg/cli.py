@@ -206,7 +206,6 @@ _FATAL_SQLSTATES = (  # a refused login's message (the server's, in English) -> 
     ("the database system is shutting down", "57P03"),
     ("the database system is in recovery mode", "57P03"),
     ("the database system is not yet accepting connections", "57P03"),
-    ("the database system is not accepting connections", "57P03"),
     ("terminating connection due to administrator command", "57P01"),
     ("password authentication failed", "28P01"),
     ("no pg_hba.conf entry", "28000"),
@@ -229,6 +228,8 @@ def _database_failure(exc) -> tuple[str, int]:
     reason = reason.removeprefix("connection is bad: ")  # psycopg 3.3 wraps libpq's reason
     if reason.startswith(_BAD_OPTION):
         return message + " (check the query options of the database URL)", EXIT_BAD_INPUT
+    if getattr(exc, "connection_invalidated", False):  # lost mid-session, often no SQLSTATE
+        return message + " (the connection to the server was lost; retry later)", EXIT_TEMPFAIL
     state = getattr(orig, "sqlstate", None) or getattr(
         getattr(orig, "diag", None), "sqlstate", None
     )

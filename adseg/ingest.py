@@ -250,8 +250,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
         if "fields in line" in str(exc) and (problems := _rows_of_wrong_width(path)):
             raise IngestError(problems) from exc
         raise
-    # pandas pads a short row with empty fields, so a short row ends in one: only then does the
-    # file need the second, streaming pass that tells a missing field from an empty one
+    # pandas pads a short row with empty fields, so a short row ends in one: only a file with a
+    # row ending in an empty field needs the second, streaming pass that tells a missing field
+    # from an empty one (an auctions file always does: lost auctions have no paid price; about
+    # 0.35 CPU s per 300,000 rows, benchmarks/results/ingest_throughput.md)
     if len(cells) > 1 and (cells.iloc[1:, -1] == "").any():
         if problems := _rows_of_wrong_width(path):
             raise IngestError(problems)
@@ -497,8 +499,7 @@ def _id_lengths(ids: pd.Series) -> np.ndarray:
 def _id_ok(ids: pd.Series) -> np.ndarray:
     """(n,) bool: ids that pass _check_id (present, not too long, no NUL)."""
     lengths = _id_lengths(ids)
-    nul = ids.astype(str).str.contains("\x00", regex=False).to_numpy()
-    return (lengths > 0) & (lengths <= MAX_ID_LENGTH) & ~nul
+    return (lengths > 0) & (lengths <= MAX_ID_LENGTH) & ~_has_nul(ids)
 
 
 def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
@@ -515,8 +516,12 @@ def _check_id(ids: pd.Series, column: str, file: str) -> list[Problem]:
 def _check_text(values: pd.Series, column: str, file: str) -> list[Problem]:
     """Rows whose text holds a NUL character, which PostgreSQL text cannot store (its ingest
     failed with a driver traceback) and SQLite would keep where no other tool reads it right."""
-    nul = values.astype(str).str.contains("\x00", regex=False).to_numpy()
-    return _rows_problem(file, nul, f"{column} contains a NUL character (byte 0x00)")
+    return _rows_problem(file, _has_nul(values), f"{column} contains a NUL character (byte 0x00)")
+
+
+def _has_nul(values: pd.Series) -> np.ndarray:
+    """(n,) bool: values whose text holds a NUL character."""
+    return values.astype(str).str.contains("\x00", regex=False).to_numpy()
 
 
 def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[Problem]]:

@@ -79,6 +79,19 @@ def signals_as_exceptions():
         _pending = None
 
 
+@contextmanager
+def signals_deferred():
+    """While inside, SIGINT, SIGTERM and SIGHUP wait (blocked in this thread) and are delivered
+    on the way out: for a few steps that must not be cut in two, such as renaming a set of
+    finished files into place. Keep the inside short."""
+    handled = {signal.SIGINT, *TERMINATING}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def exit_code(exc: BaseException) -> int:
     """128 + the signal number, as a shell reports a process a signal ended."""
     signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT

@@ -905,15 +905,20 @@ def write_marketplace(
 
 
 def _write_all_or_none(files: dict[Path, bytes]) -> None:
-    """Write every file under a temporary name beside it, then rename them into place: a stop
-    or a full disk while writing leaves the folder as it was (no truncated file that a later
-    ingest, or `make demo`, would take for data), not a mix of old and new tables."""
-    partial = {path: path.with_name(f".{path.name}.partial") for path in files}
+    """Write every file under a temporary name beside it, then rename them all into place with
+    stop signals held back: a stop or a full disk while writing leaves the folder as it was (no
+    truncated file that a later ingest, or `make demo`, would take for data), not a mix of old
+    and new tables. A symbolic link is written through (its target is replaced)."""
+    from adseg.interrupts import signals_deferred
+
+    targets = {Path(os.path.realpath(path)): data for path, data in files.items()}
+    partial = {path: path.with_name(f".{path.name}.partial") for path in targets}
     try:
-        for path, data in files.items():
+        for path, data in targets.items():
             partial[path].write_bytes(data)
-        for path, temporary in partial.items():
-            os.replace(temporary, path)
+        with signals_deferred():
+            for path, temporary in partial.items():
+                os.replace(temporary, path)
     finally:
         for temporary in partial.values():
             temporary.unlink(missing_ok=True)

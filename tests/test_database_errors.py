@@ -137,6 +137,8 @@ def test_server_errors_exit_by_sqlstate(sqlstate, message, code, hint, capsys):
         ('password authentication failed for user "adseg"', 2),
         ('database "nosuch" does not exist', 2),
         ('permission denied for database "adseg"', 2),
+        # a hot standby with hot_standby off: configuration, retrying cannot help
+        ("the database system is not accepting connections", 2),
     ],
 )
 def test_a_refused_login_without_a_sqlstate_is_classed_by_its_message(fatal, code, capsys):
@@ -156,12 +158,15 @@ def test_a_refused_login_without_a_sqlstate_is_classed_by_its_message(fatal, cod
         # the server went away mid-run: transient, retry later (was 1 with no "run N failed")
         (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), 75),
         (psycopg.OperationalError("server closed the connection unexpectedly"), 75),
+        # psycopg's own words for a session lost mid-query: no SQLSTATE, the connection is gone
+        (psycopg.OperationalError("consuming input failed: EOF detected"), 75),
         (psycopg.errors.DiskFull("could not extend file: No space left on device"), 1),
         (psycopg.errors.InsufficientPrivilege("permission denied for table runs"), 1),
     ],
 )
 def test_a_database_error_in_a_run_names_the_failed_run(orig, code, capsys):
     exc = _db_error(orig)
+    exc.connection_invalidated = "EOF detected" in str(orig)  # as SQLAlchemy marks a lost one
     exc.failed_run_id = 7  # as pipeline._locked_run attaches it
     exit_code, err = _exit(exc, capsys)
     assert exit_code == code, err

@@ -591,3 +591,20 @@ def test_fewer_connected_rows_than_clusters_still_gives_a_segmentation():
         fit.labels_.shape == (18,) and used.tolist() == list(range(used.size)) and used.size <= 12
     )
     assert fit.labels_[1] == fit.labels_[13]  # identical rows stay together
+
+
+def test_no_connected_row_at_all_gives_one_segment_not_a_crash(monkeypatch):
+    """With every row isolated (K = 0 components) the fallback asked k-means for 0 clusters."""
+    import adseg.consensus.sccbg as module
+
+    labels = np.array([[0, 0], [0, 1], [1, 1], [1, 2], [2, 2], [2, 0]])
+    real = SCCBG._extract
+
+    def nothing_connected(self, S, *args):
+        return real(self, np.zeros_like(S), *args)
+
+    monkeypatch.setattr(module.SCCBG, "_extract", nothing_connected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = SCCBG(3, random_state=0).fit(labels)
+    assert fit.labels_.tolist() == [0] * 6

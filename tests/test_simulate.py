@@ -143,6 +143,19 @@ def test_a_write_that_fails_midway_leaves_the_folder_as_it_was(tmp_path, small, 
     assert {name: (tmp_path / file).read_bytes() for name, file in files.items()} == old
 
 
+def test_a_linked_marketplace_file_is_written_through(tmp_path, small):
+    """A file that is a symbolic link keeps being one: its target gets the new table."""
+    elsewhere = tmp_path / "archive"
+    elsewhere.mkdir()
+    (elsewhere / "truth.csv").write_text("old")
+    out = tmp_path / "market"
+    out.mkdir()
+    (out / "truth.csv").symlink_to(elsewhere / "truth.csv")
+    paths = write_marketplace(small, out)
+    assert (out / "truth.csv").is_symlink()
+    assert (elsewhere / "truth.csv").read_bytes() == paths["truth"].read_bytes() != b"old"
+
+
 # ----------------------------------------------------------------------------- format
 
 

@@ -686,11 +686,14 @@ class SCCBG(BaseFuser):
             norms = np.linalg.norm(X, axis=1, keepdims=True)
             X = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
             # a small ensemble at a large c can leave fewer connected rows than c: then each
-            # gets its own cluster at most, and the isolated rows join them below (≤ c labels)
-            n_groups = min(c, int(keep.sum()))
-            km = KMeans(n_clusters=n_groups, n_init=10, random_state=self._rng.randint(2**31 - 1))
-            labels[keep] = km.fit_predict(X, sample_weight=mult[keep])
-            labels[keep] = _renumber(labels[keep], first[keep], c)
+            # gets its own cluster at most, and the isolated rows join them below (≤ c labels);
+            # with none connected (K = 0) every row is isolated and one cluster is all it can say
+            if keep.any():
+                n_groups = min(c, int(keep.sum()))
+                seed = self._rng.randint(2**31 - 1)
+                km = KMeans(n_clusters=n_groups, n_init=10, random_state=seed)
+                labels[keep] = km.fit_predict(X, sample_weight=mult[keep])
+                labels[keep] = _renumber(labels[keep], first[keep], c)
         if isolated.any():
             path += "+isolated"
             if K == 0:

@@ -28,6 +28,7 @@ from adseg.store.models import (
     Segment,
     SegmentCdf,
 )
+from adseg.store.reads import sorted_frame
 
 RESULT_TABLES = (BaseClusteringLabel, BaseClusteringColumn, Segment, SegmentCdf, Forecast, Metric)
 INSERT_CHUNK = 20_000
@@ -444,8 +445,7 @@ def _frame(engine: Engine, model, run_id: int) -> pd.DataFrame:
     with engine.connect() as conn:
         frame = pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
     floats = [c.name for c in cols if isinstance(c.type, Float)]
-    key = [c.name for c in cols if c.primary_key]
-    frame = frame.sort_values(key, kind="stable").reset_index(drop=True)
+    frame = sorted_frame(frame, [c.name for c in cols if c.primary_key])
     return frame.astype(dict.fromkeys(floats, np.float64))
 
 
