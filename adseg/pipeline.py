@@ -542,6 +542,26 @@ def truth_segmentation(truth: pd.Series, advertiser_ids: np.ndarray) -> np.ndarr
     return mapped.fillna(-1).to_numpy(dtype=np.int64)
 
 
+def _restricted(data: PulledData, ids: pd.Index) -> tuple[PulledData, int]:
+    """``data`` for the advertisers in ``ids`` only (their order kept), and how many others it
+    had. O(n + delivery rows)."""
+    keep = pd.Index(data.advertiser_ids).isin(ids)
+    if keep.all():
+        return data, 0
+    kept = data.advertiser_ids[keep]
+    rows = np.flatnonzero(keep)
+    restricted = PulledData(
+        kept,
+        data.names[data.names.index.isin(kept)],
+        [data.descriptions[i] for i in rows],
+        [data.win_samples[i] for i in rows],
+        [data.cost_samples[i] for i in rows],
+        data.train_delivery[data.train_delivery["advertiser_id"].isin(kept)],
+        data.eval_delivery[data.eval_delivery["advertiser_id"].isin(kept)],
+    )
+    return restricted, int((~keep).sum())
+
+
 def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: NightlyConfig):
     """Stages 6–8: regenerate segment c.d.f.s, forecast the evaluation window, score (MAPE)."""
     return evaluate_sources(
@@ -866,14 +886,26 @@ def _segment_parameters(stored: dict, config: NightlyConfig, fused: list[str], k
 
 
 def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
-    """Regenerate, forecast and score every stored segmentation of a run (replacing results)."""
+    """Regenerate, forecast and score every stored segmentation of a run (replacing results).
+
+    Only the run's own advertisers (those its segmentations cover) are forecast: one ingested
+    since the run was made used to be scored under every source as "in no segment", so the
+    MAPEs moved and the report counted more advertisers than the run had segmented. Such
+    advertisers are left out with a warning."""
 
     def work(run):
-        data = pull(engine, _run_windows(run))
         stored = store.read_segments(engine, run_id)
         if not stored:
             raise ValueError(
                 f"run {run_id} has no segments yet (run `adseg segment --run {run_id}`)."
+            )
+        own = pd.Index(sorted(set().union(*(seg.index for seg in stored.values()))))
+        data, newer = _restricted(pull(engine, _run_windows(run)), own)
+        if newer:
+            warnings.warn(
+                f"{newer:,} advertiser{'s' if newer != 1 else ''} ingested since run {run_id} "
+                "was made left out of its forecasts (a new `adseg nightly` includes them)",
+                stacklevel=2,
             )
         segmentations = {
             src: seg.reindex(data.advertiser_ids).fillna(-1).to_numpy(dtype=np.int64)

@@ -250,6 +250,39 @@ def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir,
     assert runs[run_id] == "failed" and (runs == "completed").sum() == 1
 
 
+def test_forecast_again_scores_only_the_runs_own_advertisers(loaded, market_dir):
+    """An advertiser ingested after the run was scored under every source as "in no segment":
+    every MAPE moved and the report counted 1,269 advertisers under 1,268 segmented ones."""
+    from sqlalchemy import insert
+
+    from adseg.store.models import Advertiser, Delivery
+
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    before = store.read_forecast_results(loaded, result.run_id)
+    windows = pipeline._run_windows(store.get_run(loaded, result.run_id))
+    with loaded.begin() as conn:
+        conn.execute(insert(Advertiser).values(advertiser_id="zz-new", name="New"))
+        conn.execute(
+            insert(Delivery).values(
+                advertiser_id="zz-new",
+                date=windows.eval_start,
+                bid_requests=1000,
+                bid_micros=2_000_000,
+                impressions=300,
+                spend_micros=400_000,
+            )
+        )
+    with pytest.warns(UserWarning, match="1 advertiser ingested since run .* left out"):
+        pipeline.run_forecast(loaded, result.run_id, _config(market_dir))
+    after = store.read_forecast_results(loaded, result.run_id)
+    assert "zz-new" not in set(after["forecasts"]["advertiser_id"])
+    key = ["source", "method", "supply_mode"]
+    pd.testing.assert_frame_equal(
+        after["mape"].sort_values(key).reset_index(drop=True),
+        before["mape"].sort_values(key).reset_index(drop=True),
+    )
+
+
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:
