@@ -194,27 +194,12 @@ def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir,
     """An ingest committing between the pull's reads made the evaluation delivery name
     advertisers the advertiser list did not have, and the nightly failed ("eval_delivery has
     N row(s) of advertisers not in advertiser_ids"). The reads now share one snapshot."""
-    from sqlalchemy import insert
-
-    from adseg.store.models import Advertiser, Delivery
-
     windows = pipeline.default_windows(loaded)
     real_price_samples = reads.price_samples
 
     def samples_then_an_ingest_commits(*args, **kwargs):
         out = real_price_samples(*args, **kwargs)
-        with loaded.begin() as conn:  # another process's ingest, between two reads
-            conn.execute(insert(Advertiser).values(advertiser_id="zz-new", name="New"))
-            conn.execute(
-                insert(Delivery).values(
-                    advertiser_id="zz-new",
-                    date=windows.eval_start,
-                    bid_requests=10,
-                    bid_micros=1_000_000,
-                    impressions=1,
-                    spend_micros=1_000,
-                )
-            )
+        _ingest_a_newcomer(loaded, windows.eval_start)  # another process, between two reads
         return out
 
     monkeypatch.setattr(reads, "price_samples", samples_then_an_ingest_commits)
@@ -253,25 +238,10 @@ def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir,
 def test_forecast_again_scores_only_the_runs_own_advertisers(loaded, market_dir):
     """An advertiser ingested after the run was scored under every source as "in no segment":
     every MAPE moved and the report counted 1,269 advertisers under 1,268 segmented ones."""
-    from sqlalchemy import insert
-
-    from adseg.store.models import Advertiser, Delivery
-
     result = pipeline.run_nightly(loaded, config=_config(market_dir))
     before = store.read_forecast_results(loaded, result.run_id)
     windows = pipeline._run_windows(store.get_run(loaded, result.run_id))
-    with loaded.begin() as conn:
-        conn.execute(insert(Advertiser).values(advertiser_id="zz-new", name="New"))
-        conn.execute(
-            insert(Delivery).values(
-                advertiser_id="zz-new",
-                date=windows.eval_start,
-                bid_requests=1000,
-                bid_micros=2_000_000,
-                impressions=300,
-                spend_micros=400_000,
-            )
-        )
+    _ingest_a_newcomer(loaded, windows.eval_start)
     with pytest.warns(UserWarning, match="1 advertiser ingested since run .* left out"):
         pipeline.run_forecast(loaded, result.run_id, _config(market_dir))
     after = store.read_forecast_results(loaded, result.run_id)
@@ -281,6 +251,26 @@ def test_forecast_again_scores_only_the_runs_own_advertisers(loaded, market_dir)
         after["mape"].sort_values(key).reset_index(drop=True),
         before["mape"].sort_values(key).reset_index(drop=True),
     )
+
+
+def _ingest_a_newcomer(engine, day) -> None:
+    """Commit advertiser "zz-new" and one delivery row of it on ``day``, as an ingest would."""
+    from sqlalchemy import insert
+
+    from adseg.store.models import Advertiser, Delivery
+
+    with engine.begin() as conn:
+        conn.execute(insert(Advertiser).values(advertiser_id="zz-new", name="New"))
+        conn.execute(
+            insert(Delivery).values(
+                advertiser_id="zz-new",
+                date=day,
+                bid_requests=1000,
+                bid_micros=2_000_000,
+                impressions=300,
+                spend_micros=400_000,
+            )
+        )
 
 
 def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
