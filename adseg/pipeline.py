@@ -189,19 +189,29 @@ class PulledData:
     cost_samples: list[np.ndarray]
     train_delivery: pd.DataFrame
     eval_delivery: pd.DataFrame
+    n_left_out: int = 0  # advertisers in the database that ``pull(only=...)`` left out
 
 
-def pull(engine: Engine, windows: Windows) -> PulledData:
+def pull(engine: Engine, windows: Windows, only: pd.Index | None = None) -> PulledData:
     """Stage 1: advertisers, training-window samples (one query), both windows' delivery, all
-    read from one snapshot of the database (an ingest committing meanwhile is not half seen)."""
+    read from one snapshot of the database (an ingest committing meanwhile is not half seen).
+    ``only``: read just these advertisers (a stored run's own), counting the others left out."""
     with reads.snapshot(engine) as conn:
         adv = reads.advertisers(conn)
         if adv.empty:
             raise ValueError(_NO_ADVERTISERS)
+        n_left_out = 0
+        if only is not None:
+            keep = adv["advertiser_id"].isin(only)
+            n_left_out = int((~keep).sum())
+            adv = adv[keep].reset_index(drop=True)
         ids = adv["advertiser_id"].to_numpy(dtype=object)
         win, cost = reads.price_samples(conn, ids, windows.train_start, windows.train_end)
         train = reads.delivery(conn, windows.train_start, windows.train_end)
         evaluation = reads.delivery(conn, windows.eval_start, windows.eval_end)
+    if n_left_out:  # their delivery rows too
+        train = train[train["advertiser_id"].isin(only)].reset_index(drop=True)
+        evaluation = evaluation[evaluation["advertiser_id"].isin(only)].reset_index(drop=True)
     _require_window_data(windows, sum(len(s) for s in win), len(evaluation))
     return PulledData(
         ids,
@@ -211,6 +221,7 @@ def pull(engine: Engine, windows: Windows) -> PulledData:
         cost,
         train,
         evaluation,
+        n_left_out,
     )
 
 
@@ -540,26 +551,6 @@ def truth_segmentation(truth: pd.Series, advertiser_ids: np.ndarray) -> np.ndarr
     """(n,) int64 true segment of each advertiser (``read_truth``'s codes); -1 if absent."""
     mapped = pd.Series(advertiser_ids).map(truth)
     return mapped.fillna(-1).to_numpy(dtype=np.int64)
-
-
-def _restricted(data: PulledData, ids: pd.Index) -> tuple[PulledData, int]:
-    """``data`` for the advertisers in ``ids`` only (their order kept), and how many others it
-    had. O(n + delivery rows)."""
-    keep = pd.Index(data.advertiser_ids).isin(ids)
-    if keep.all():
-        return data, 0
-    kept = data.advertiser_ids[keep]
-    rows = np.flatnonzero(keep)
-    restricted = PulledData(
-        kept,
-        data.names[data.names.index.isin(kept)],
-        [data.descriptions[i] for i in rows],
-        [data.win_samples[i] for i in rows],
-        [data.cost_samples[i] for i in rows],
-        data.train_delivery[data.train_delivery["advertiser_id"].isin(kept)],
-        data.eval_delivery[data.eval_delivery["advertiser_id"].isin(kept)],
-    )
-    return restricted, int((~keep).sum())
 
 
 def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: NightlyConfig):
@@ -899,9 +890,9 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
             raise ValueError(
                 f"run {run_id} has no segments yet (run `adseg segment --run {run_id}`)."
             )
-        own = pd.Index(sorted(set().union(*(seg.index for seg in stored.values()))))
-        data, newer = _restricted(pull(engine, _run_windows(run)), own)
-        if newer:
+        own = pd.Index(set().union(*(seg.index for seg in stored.values())))
+        data = pull(engine, _run_windows(run), only=own)
+        if newer := data.n_left_out:
             warnings.warn(
                 f"{newer:,} advertiser{'s' if newer != 1 else ''} ingested since run {run_id} "
                 "was made left out of its forecasts (a new `adseg nightly` includes them)",

@@ -590,11 +590,12 @@ def timing_rows(timings: Mapping[str, Any], prefix: str = "") -> list[tuple[str,
     under the group's name."""
     rows: list[tuple[str, Any]] = []
     for key, value in timings.items():
-        name = f"{prefix}{key}" if key != "total" or not prefix else prefix.removesuffix(" / ")
         if isinstance(value, Mapping):
             rows.extend(timing_rows(value, f"{prefix}{key} / "))
+        elif key == "total" and prefix:
+            rows.append((prefix.removesuffix(" / "), value))
         else:
-            rows.append((name, value))
+            rows.append((f"{prefix}{key}", value))
     return rows
 
 

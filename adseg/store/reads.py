@@ -24,7 +24,7 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
     transaction on PostgreSQL, a read transaction on SQLite (with WAL, a snapshot taken at its
     first read). An `adseg ingest` that commits while the nightly reads made its delivery name
     advertisers its advertiser list did not have, and the run failed. Nothing is written."""
-    with _connect(engine) as conn:
+    with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
