@@ -326,7 +326,7 @@ def db_upgrade(
 
     url = database_url(database_url_)
     file = sqlite_file(url)
-    new_file = file is not None and not file.exists()
+    new_file = file is not None and _create_new_file(file)
     engine = _engine(url, create=True)
     try:
         before = migrate.current_revision(engine)
@@ -340,6 +340,20 @@ def db_upgrade(
         raise
     if not quiet:
         out.print(f"database {mask_url(url)}: {before or 'empty'} -> {after}", markup=False)
+
+
+def _create_new_file(file: Path) -> bool:
+    """Create ``file`` empty (SQLite takes an empty file as a new database) and return True, or
+    return False if it exists. Atomic (O_EXCL), so of two `db upgrade` at once on a new database
+    only the one that created the file deletes it when its upgrade fails: deleting on "the file
+    was missing when I looked" would delete the other's freshly migrated database."""
+    try:
+        os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise CliError(f"cannot create the SQLite database {file}: {exc.strerror}") from None
+    return True
 
 
 @db_app.command("current")

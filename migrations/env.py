@@ -21,10 +21,14 @@ def run_migrations_online() -> None:
             connection=connection,
             target_metadata=target_metadata,
             render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER much
+            # Python's sqlite3 runs DDL inside a transaction, so SQLite gets one transaction for
+            # all migrations as PostgreSQL does: the migration lock is held to the end (Alembic
+            # otherwise commits SQLite after each revision) and a failure rolls everything back
+            transactional_ddl=True,
             compare_type=True,
         )
         with context.begin_transaction():
-            lock_migrations(connection)  # PostgreSQL: one migration at a time, till commit
+            lock_migrations(connection)  # one migration at a time, till commit
             context.run_migrations()
         connection.commit()
 

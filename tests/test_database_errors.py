@@ -5,11 +5,14 @@ host, exit codes by SQLSTATE (75 retry later, 2 configuration, 1 a failed run), 
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
 import psycopg
 import psycopg.errors
 import pytest
@@ -19,7 +22,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError, ProgrammingError
 from typer.testing import CliRunner
 
 from adseg.cli import app, handle_errors
-from adseg.config import database_url, mask_url
+from adseg.config import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
 
 runner = CliRunner()
 PG = "postgresql+psycopg"
@@ -244,7 +247,7 @@ def test_db_upgrade_without_create_on_the_schema_is_a_configuration_error(db_url
     assert "CREATE on schema public" in output
 
 
-# --- 3. two `adseg db upgrade` at once on PostgreSQL -------------------------------------------
+# --- 3. two `adseg db upgrade` at once --------------------------------------------------------
 
 
 def _upgrade_process(db_url: str) -> subprocess.Popen:
@@ -259,39 +262,94 @@ def _upgrade_process(db_url: str) -> subprocess.Popen:
     )
 
 
-def test_db_upgrade_waits_for_the_migration_lock(db_url):
-    _skip_unless_postgres(db_url)
+@contextmanager
+def _migration_lock_held(db_url: str):
+    """Hold the lock `adseg db upgrade` takes (PostgreSQL: the advisory lock; SQLite: the write
+    lock) until the block ends, then let it go without writing anything."""
+    if db_url.startswith("sqlite"):
+        holder = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        return
     from adseg.store import migrate
     from adseg.store.engine import make_engine
 
     engine = make_engine(db_url)
-    with engine.connect() as holder:
-        holder.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": migrate.MIGRATION_LOCK_KEY})
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": migrate.MIGRATION_LOCK_KEY})
+        yield
+        conn.rollback()
+    engine.dispose()
+
+
+def test_db_upgrade_waits_for_the_migration_lock(db_url):
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    with _migration_lock_held(db_url):
         upgrade = _upgrade_process(db_url)
         time.sleep(3)
         assert upgrade.poll() is None, upgrade.communicate()[0]  # still waiting
-        assert migrate.current_revision(engine) is None
-        holder.rollback()  # lets it go
     output, _ = upgrade.communicate(timeout=120)
     assert upgrade.returncode == 0, output
+    engine = make_engine(db_url)
     assert migrate.current_revision(engine) == migrate.head_revision()
     engine.dispose()
 
 
-def test_two_db_upgrades_at_once_both_succeed(db_url):
-    """One used to fail: duplicate key value violates unique constraint
-    "pg_type_typname_nsp_index" (both created the same tables)."""
-    _skip_unless_postgres(db_url)
-    from adseg.store import migrate
+def _empty(db_url: str) -> None:
+    """Back to no database (SQLite) or an empty schema (PostgreSQL)."""
+    file = sqlite_file(db_url)
+    if file is not None:
+        for suffix in ("", *SQLITE_SIDE_FILES):
+            file.with_name(file.name + suffix).unlink(missing_ok=True)
+        return
     from adseg.store.engine import make_engine
 
     engine = make_engine(db_url)
-    for _ in range(4):  # the race was lost about one time in three
-        with engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+def test_two_db_upgrades_at_once_both_succeed(db_url):
+    """One used to fail. PostgreSQL: duplicate key value violates unique constraint
+    "pg_type_typname_nsp_index" (both created the same tables). SQLite, on a new file: "table
+    run_locks already exists" (Alembic committed after each revision, so the two interleaved),
+    and the failing one then deleted the database the other had just created, as if it were its
+    own empty file."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    for _ in range(4):  # the race was lost about one time in three (PostgreSQL), 5 in 6 (SQLite)
+        _empty(db_url)
         upgrades = [_upgrade_process(db_url) for _ in range(2)]
         outputs = [p.communicate(timeout=120)[0] for p in upgrades]
         assert [p.returncode for p in upgrades] == [0, 0], outputs
+        engine = make_engine(db_url)
         assert migrate.current_revision(engine) == migrate.head_revision()
+        engine.dispose()
+
+
+def test_a_failed_migration_on_sqlite_rolls_back_every_revision(tmp_path, monkeypatch):
+    """All revisions run in one transaction: a failure in the last leaves the database where it
+    was, not at a revision in between."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    url = f"sqlite:///{tmp_path / 'adseg.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, migrate.known_revisions()[0])
+    with engine.begin() as conn:  # the last revision's new table, already there: it must fail
+        conn.execute(text("CREATE TABLE run_locks (name TEXT)"))
+    with pytest.raises(OperationalError, match="run_locks already exists"):
+        migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == migrate.known_revisions()[0]
+    tables = set(pd.read_sql("SELECT name FROM sqlite_master WHERE type = 'table'", engine).name)
+    assert "base_clustering_columns" not in tables  # 0002's table, rolled back with the rest
     engine.dispose()

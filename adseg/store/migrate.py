@@ -16,14 +16,18 @@ MIGRATION_LOCK_KEY = int.from_bytes(b"adsegmig", "big")
 
 
 def lock_migrations(connection: Connection) -> None:
-    """On PostgreSQL, wait for the advisory lock that serialises migrations, held until the
-    connection's transaction ends: two `adseg db upgrade` at once would otherwise both create
-    the same tables (one fails on a duplicate key in pg_type). Taken in the migration's
-    transaction before Alembic reads the database's revision, so the second upgrade waits for
-    the first to commit, then finds the schema current. Nothing on SQLite (there the second of
-    two upgrades at once can still fail on "table ... already exists", leaving the first's)."""
+    """Wait for the lock that serialises migrations, held until the connection's transaction
+    ends: two `adseg db upgrade` at once would otherwise both create the same tables (on
+    PostgreSQL one fails on a duplicate key in pg_type, on SQLite on "table ... already
+    exists"). Taken in the migration's transaction before Alembic reads the database's
+    revision, so the second upgrade waits for the first to commit, then finds the schema
+    current. PostgreSQL: a transaction-level advisory lock. SQLite: the database's write lock
+    (BEGIN IMMEDIATE; the engine's busy timeout, 30 s, bounds the wait); Python's sqlite3 runs
+    the DDL that follows inside that transaction, so a failed migration also rolls back."""
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    elif connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _config(engine: Engine) -> Config:
