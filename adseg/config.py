@@ -106,10 +106,18 @@ def _ambiguous_userinfo(parts: re.Match) -> bool:
     as user 'host'. Refused: a user name with an '@' (also one meant as a name: it must be
     %40), or starting with '[' (an IPv6 host); a password with a '?' (a query's start), or
     one with a '/' after nothing but digits (a port and a database name). A password with a
-    '/' elsewhere is SQLAlchemy's to read (generated passwords often have one)."""
+    '/' elsewhere is SQLAlchemy's to read (generated passwords often have one). Also refused,
+    off SQLite: a URL with no database name whose query holds an '@': in
+    ``user:pa@ss?x=y@host/db`` the password 'pa' ends at the first '@', 'ss' becomes the host
+    and the rest a query value (an '@' in a query value after a database name is fine)."""
     username, password = parts["username"], parts["password"]
     if username is not None and ("@" in username or username.startswith("[")):
         return True
+    if parts["name"].split("+", 1)[0] != "sqlite" and parts["database"] is None:
+        # (a query parameter with no '=' and an '@' is _misplaced_at's)
+        pairs = (parts["query"] or "").split("&")
+        if any("@" in pair and "=" in pair for pair in pairs):
+            return True
     if password is None:
         return False
     if "?" in password:

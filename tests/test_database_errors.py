@@ -42,6 +42,8 @@ AMBIGUOUS = [
     f"{PG}://[::1]:5432/qa3?password=adseg-test@ret9",
     f"{PG}://adseg:adseg?test@ret9/qa3",  # a '?' in the password
     f"{PG}://adseg@corp:adseg-test@ret9/qa3",  # an '@' in the user name
+    f"{PG}://adseg:adseg-test@ret9?x=y@127.0.0.1:5432/qa3",  # '@', '?', '=' in the password
+    f"{PG}://adseg:adseg-test@ret9?x=y@127.0.0.1",
 ]
 
 
