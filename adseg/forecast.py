@@ -684,6 +684,8 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     "known", initial_level=y[0]``); α ∈ [0, 1] minimises the sum of squared one-step-ahead errors:
     a grid of ``n_grid`` values, then golden-section search in the bracket around the best one.
     Returns (alpha (n,), level (n,)): the flat h-step forecast is ``level``; NaN for all-NaN rows.
+    Where the SSE does not depend on α (one or two observations, or a series that only moves on
+    its last day) α is 0.5, the middle of the tied interval (two days: their mean).
     ``n_grid`` ≥ 2 (the grid includes 0 and 1), ``n_refine`` ≥ 0, T ≥ 1.
     Cost O(n T (n_grid + 2 n_refine)) time, O(n n_grid) memory.
     """
@@ -721,7 +723,29 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     pick = np.argmin(s, axis=1)
     alpha = cand[np.arange(n), pick]
     level = lev[np.arange(n), pick]
+    alpha, level = _midpoint_where_unidentified(y, first, alpha, level, sse)
     return np.where(has, alpha, np.nan), np.where(has, level, np.nan)
+
+
+def _midpoint_where_unidentified(
+    y: np.ndarray, first: np.ndarray, alpha: np.ndarray, level: np.ndarray, grid_sse: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """α = 0.5 (and its level) for the rows whose one-step SSE is the same for every α.
+
+    That happens when only a series' last observation differs from its first (one or two
+    training days, or a flat series that moves on its last day): the last observation enters no
+    one-step error, so the data say nothing about α and any optimiser returns an arbitrary one
+    (the grid search α = 0, i.e. the first day, ignoring the last). 0.5 is the middle of the
+    tied interval; on two days its level is their mean. ``grid_sse`` (n, G): the SSE on a grid
+    of α spanning [0, 1]. Cost O(n T)."""
+    spread = grid_sse.max(axis=1) - grid_sse.min(axis=1)
+    flat = spread <= 1e-9 * grid_sse.max(axis=1)
+    if not flat.any():
+        return alpha, level
+    _, mid_level = _ses_pass(y[flat], np.full((int(flat.sum()), 1), 0.5), first[flat])
+    alpha, level = alpha.copy(), level.copy()
+    alpha[flat], level[flat] = 0.5, mid_level[:, 0]
+    return alpha, level
 
 
 def _check_int(value, name: str, minimum: int) -> None:
@@ -740,17 +764,22 @@ def _ses_statsmodels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     level = np.full(y.shape[0], np.nan)
     for i, row in enumerate(y):  # statsmodels fits one series at a time
         r = row[np.isfinite(row)]
-        if r.size == 0:
-            continue
-        if r.size == 1:
-            alpha[i], level[i] = 0.0, r[0]
-            continue
+        if r.size < 2:
+            continue  # α is unidentified: set below
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = SimpleExpSmoothing(r, initialization_method="known", initial_level=r[0]).fit()
         alpha[i] = fit.params["smoothing_level"]
         level[i] = float(fit.forecast(1)[0])
-    return alpha, level
+    obs = np.isfinite(y)
+    first = np.where(obs.any(axis=1), y[np.arange(y.shape[0]), np.argmax(obs, axis=1)], 0.0)
+    n_grid = 11
+    grid_sse, _ = _ses_pass(
+        y, np.broadcast_to(np.linspace(0, 1, n_grid), (y.shape[0], n_grid)), first
+    )
+    alpha, level = _midpoint_where_unidentified(y, first, alpha, level, grid_sse)
+    has = obs.any(axis=1)
+    return np.where(has, alpha, np.nan), np.where(has, level, np.nan)
 
 
 SUPPLY_MODELS = ("ses", "mean", "seasonal_naive")

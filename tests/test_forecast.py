@@ -388,6 +388,38 @@ def test_fit_ses_missing_days_carry_the_level():
     assert np.isnan(a[2]) and np.isnan(lev[2])
 
 
+def test_ses_takes_the_midpoint_alpha_when_the_days_do_not_determine_it():
+    """With two training days (the README's 4-day database, split in half) the one-step SSE is
+    (y1 - y0)^2 for every α: the forecast was day 1 alone (α = 0), ignoring day 2; statsmodels
+    returned another arbitrary α. Now both engines give α = 0.5, whose level is the two days'
+    mean; a series that only moves on its last day is the same case."""
+    nan = np.nan
+    y = np.array(
+        [
+            [1000.0, 2000.0, nan, nan],
+            [nan, 100.0, nan, 200.0],
+            [5.0, nan, nan, nan],
+            [100.0, 100.0, 100.0, 300.0],
+            [100.0, 120.0, 90.0, 130.0],  # determined: left to the optimiser
+        ]
+    )
+    alpha, level = fit_ses(y)
+    np.testing.assert_array_equal(alpha[:4], 0.5)
+    np.testing.assert_allclose(level[:4], [1500.0, 150.0, 5.0, 200.0])
+    assert alpha[4] != 0.5 and _sse(y[4], alpha[4]) < _sse(y[4], 0.5)
+    train = pd.DataFrame(
+        {
+            "advertiser_id": ["a", "a", "b", "b"],
+            "date": ["2026-01-05", "2026-01-06"] * 2,
+            "bid_requests": [100, 200, 1000, 2000],
+        }
+    )
+    for engine in ("numpy", "statsmodels"):
+        frame = forecast_supply(train, np.array(["a", "b"]), engine=engine)
+        np.testing.assert_allclose(frame["alpha"], 0.5)
+        np.testing.assert_allclose(frame["level"], [150.0, 1500.0])
+
+
 def test_forecast_supply_numpy_and_statsmodels_engines_agree():
     m = market(n=12, seed=9)
     a = forecast_supply(m["train"], m["ids"])
