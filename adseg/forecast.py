@@ -250,9 +250,7 @@ class GroupedECDF:
         keys = group * np.int64(support.size + 1) + rank
         offsets = np.zeros(n_groups + 1, dtype=np.int64)
         np.cumsum(np.bincount(group, minlength=n_groups), out=offsets[1:])
-        prefix = np.zeros(values.size + 1)
-        np.cumsum(values, out=prefix[1:])
-        return cls(values, offsets, support, keys, prefix)
+        return cls(values, offsets, support, keys, _group_prefix_sums(values, offsets))
 
     @property
     def n_groups(self) -> int:
@@ -297,8 +295,7 @@ class GroupedECDF:
         """E[v · 1{v ≤ x}] = (sum of the group's samples ≤ x) / n_g; NaN for an empty group or a
         NaN x."""
         group, x = self._check_group(group, x)
-        start = self.offsets[group]
-        s = self._prefix[self._index_le(group, x)] - self._prefix[start]
+        s = self._prefix[self._index_le(group, x) + group]
         n = self.counts[group].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             return _nan_where_nan(np.where(n > 0, s / n, np.nan), x)
@@ -310,13 +307,28 @@ class GroupedECDF:
         start = self.offsets[group]
         k = (idx - start).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            m = np.where(k > 0, (self._prefix[idx] - self._prefix[start]) / k, np.nan)
+            m = np.where(k > 0, self._prefix[idx + group] / k, np.nan)
         return _nan_where_nan(m, x)
 
     def tabulate(self, grid: ArrayLike) -> np.ndarray:
         """(G, len(grid)) matrix of F_g(grid); NaN rows for empty groups."""
         grid = np.asarray(grid, dtype=np.float64).ravel()
         return self.cdf(np.arange(self.n_groups)[:, None], grid[None, :])
+
+
+def _group_prefix_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Running sums that restart at each group: (N + G,) float64, group g's block
+    ``[offsets[g] + g, offsets[g + 1] + g]`` holds 0 and then the sums of its first 1, 2, ...
+    values, so the sum of its first k values is ``prefix[offsets[g] + g + k]``. Per group
+    rather than one running sum over all: a difference of two global sums loses a group's
+    digits to the groups stored before it (ten prices of 1e12 ahead put a 0.02 mean 5 % off).
+    One cumsum per group (a loop over groups, each vectorised), O(N + G) time and memory."""
+    prefix = np.zeros(values.size + offsets.size - 1)
+    bounds = offsets.tolist()
+    for g in range(len(bounds) - 1):
+        start, stop = bounds[g], bounds[g + 1]
+        np.cumsum(values[start:stop], out=prefix[start + g + 1 : stop + g + 1])
+    return prefix
 
 
 def _nan_where_nan(values: np.ndarray, x: np.ndarray) -> np.ndarray:

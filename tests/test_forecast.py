@@ -120,6 +120,18 @@ def test_pooled_segment_cdf_equals_ecdf_of_concatenated_samples():
     assert ecdf.counts.sum() == sum(s.size for s, g in zip(samples, groups, strict=True) if g >= 0)
 
 
+def test_a_group_after_a_huge_one_keeps_its_digits():
+    """One running sum over all groups, differenced, put the second group's means 5 % off."""
+    small = np.array([0.013, 0.027, 0.031])
+    ecdf = GroupedECDF.from_samples([np.full(10, 1e12), np.array([]), small])
+    x = np.array([0.015, 0.028, 1.0])
+    np.testing.assert_allclose(ecdf.conditional_mean(2, x), [0.013, 0.02, small.mean()], rtol=1e-14)
+    np.testing.assert_allclose(
+        ecdf.partial_mean(2, x), [0.013 / 3, 0.04 / 3, small.sum() / 3], rtol=1e-14
+    )
+    assert ecdf.partial_mean(0, 1e12) == 1e12 and np.isnan(ecdf.partial_mean(1, 1.0))
+
+
 def test_cdf_of_empty_group_is_nan_and_tabulate_shape():
     ecdf = GroupedECDF.from_samples([np.array([1.0, 2.0]), np.array([])])
     assert np.isnan(ecdf.cdf(1, 1.5))
