@@ -1,9 +1,20 @@
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
-from adseg.consensus import assign_labels, check_labels, co_association, incidence_matrix, relabel
+from adseg.consensus import (
+    FUSERS,
+    assign_labels,
+    check_labels,
+    co_association,
+    incidence_matrix,
+    relabel,
+)
 from adseg.metrics import clustering_accuracy, pair_consistency
 
 
@@ -143,3 +154,86 @@ def test_check_labels_names_labels_beyond_int64(labels):
 def test_check_labels_keeps_small_unsigned_and_integral_float_labels():
     np.testing.assert_array_equal(check_labels(np.array([[5], [1]], dtype=np.uint64)), [[5], [1]])
     np.testing.assert_array_equal(check_labels(np.array([[5.0], [-1.0]])), [[5], [-1]])
+
+
+# --- the door, as a scikit-learn user meets it (QA, 2026-11-24) --------------------------------
+
+BLOCKS = np.array([[0, 1], [0, 1], [1, 0], [1, 0]])
+
+
+@pytest.mark.parametrize(
+    ("labels", "err", "match"),
+    [
+        (sp.csr_matrix(BLOCKS), TypeError, r"dense array; got a sparse matrix"),
+        (np.ma.masked_array(BLOCKS, mask=[[0, 1]] * 4), ValueError, r"masked entries.*-1"),
+        ([[0, 1], [1]], ValueError, "rows have different lengths"),
+        (np.array([[0, 1.0], [np.nan, 1]]), ValueError, r"NaN at row 1, column 0.*-1"),
+        (
+            pd.DataFrame({"a": [0, 1], "b": [1, None]}).astype("Int64"),
+            ValueError,
+            r"missing value \(NA/None/NaN\) at row 1, column 1.*-1",
+        ),
+    ],
+)
+def test_check_labels_explains_what_numpy_would_get_wrong(labels, err, match):
+    """These were "got shape ()", the mask silently dropped, numpy's own message, "non-integral
+    floats" and "got dtype object"."""
+    with pytest.raises(err, match=match):
+        check_labels(labels)
+
+
+def test_check_labels_takes_pandas_nullable_integers_without_na():
+    frame = pd.DataFrame(BLOCKS, columns=["a", "b"]).astype("Int64")
+    np.testing.assert_array_equal(check_labels(frame), BLOCKS)
+    assert check_labels(BLOCKS.astype(object)).dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "err", "match"),
+    [
+        ("rcc", {"rho": None}, TypeError, "rho must be a real number"),
+        ("rcc", {"tol": "1e-6"}, TypeError, "tol must be a real number"),
+        ("rcc", {"tol": 1.5}, ValueError, "tol must be finite and > 0 and < 1"),
+        ("rcc", {"mu_max": None}, TypeError, "mu_max must be a real number"),
+        ("rcc", {"max_iter": None}, TypeError, "max_iter must be an integer"),
+        ("rcc", {"mu": "big"}, ValueError, "mu must be 'residual', 'spectral'"),
+        ("l2", {"weights": "ab"}, TypeError, "weights must be numbers"),
+        ("l2", {"normalize": "l1"}, ValueError, "normalize must be True or False"),
+        ("lta", {"lam": np.inf}, ValueError, "lam must be finite"),
+        ("lta", {"tol": 1.5}, ValueError, "tol must be finite and > 0 and < 1"),
+        ("sccbg", {"edge_tol": 1.5}, ValueError, "edge_tol must be finite and ≥ 0 and < 1"),
+        ("rcec", {"max_iter": 0}, ValueError, "max_iter must be an integer ≥ 1"),
+        ("trce", {"lam": np.inf}, ValueError, "lam must be finite and > 0"),
+    ],
+)
+def test_bad_parameters_are_named(name, params, err, match):
+    with pytest.raises(err, match=match):
+        FUSERS[name](n_clusters=2, random_state=0, **params).fit(np.repeat(BLOCKS, 3, axis=0))
+
+
+def test_a_refit_forgets_the_last_fits_learned_attributes():
+    labels = np.repeat(BLOCKS, 5, axis=0)
+    rcc = FUSERS["rcc"](n_clusters=2, store_error=True, random_state=0).fit(labels)
+    assert rcc.error_.shape == (20, 20)
+    rcc.set_params(store_error=False).fit(labels[:12])
+    assert not hasattr(rcc, "error_") and rcc.n_items_ == 12 and rcc.labels_.shape == (12,)
+    with pytest.raises(ValueError, match="assign_labels"):  # a failed refit: unfitted, not mixed
+        rcc.set_params(assign_labels="bogus").fit(labels)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(rcc)
+
+
+def test_cluster_qr_rounding_leaves_no_gaps_in_the_labels():
+    """4 distinct rows, 5 clusters asked: cluster_qr left label 1 empty ([0, 2, 3, 4])."""
+    labels = np.repeat(np.array([[0, 0], [1, 1], [2, 2], [0, 1]]), 5, axis=0)
+    fuser = FUSERS["rcec"](n_clusters=5, assign_labels="cluster_qr", random_state=0).fit(labels)
+    found = np.unique(fuser.labels_)
+    np.testing.assert_array_equal(found, np.arange(found.size))
+
+
+def test_sccbg_cluster_ids_name_the_original_labels():
+    """They were the internal 0..k_v-1 numbers, not the (clustering, label) the docs promise."""
+    labels = np.array([[10, 7], [10, 3], [42, 7], [42, 3]])
+    fuser = FUSERS["sccbg"](n_clusters=2, random_state=0).fit(labels)
+    # by clustering, then by first appearance: the order of graph_'s columns
+    assert fuser.cluster_ids_.tolist() == [[0, 10], [0, 42], [1, 7], [1, 3]]

@@ -30,7 +30,7 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
     ------
     ValueError / TypeError naming the parameter and what is wrong with it.
     """
-    arr = np.asarray(labels)
+    arr = _as_label_array(labels, name)
     if arr.ndim == 1:
         raise ValueError(
             f"{name} must be 2-D (n_items, n_clusterings); got 1-D, length {arr.shape[0]}."
@@ -44,6 +44,11 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
     if n_clusterings < 1:
         raise ValueError(f"{name} has no clusterings (shape {arr.shape}); need at least 1 column.")
     if arr.dtype.kind == "f":
+        if np.isnan(arr).any():
+            row, col = (int(i) for i in np.argwhere(np.isnan(arr))[0])
+            raise ValueError(
+                f"{name} has NaN at row {row}, column {col}: mark a missing label with -1."
+            )
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise TypeError(f"{name} must hold integers; got non-integral floats.")
     elif arr.dtype.kind not in "iub":
@@ -65,6 +70,48 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
             raise ValueError(
                 f"{name} column {int(empty[0])} is all -1 (no item is clustered in it)."
             )
+    return arr
+
+
+def _as_label_array(labels, name: str) -> np.ndarray:
+    """``labels`` as a numpy array, with a clear error for what np.asarray would get wrong: a
+    sparse matrix (a 0-d object array), a masked array (the mask silently dropped), rows of
+    different lengths, and object arrays (pandas' nullable Int64) holding NA/None or integers."""
+    if sp.issparse(labels):
+        raise TypeError(f"{name} must be a dense array; got a sparse matrix (use .toarray()).")
+    if np.ma.isMaskedArray(labels) and np.ma.getmaskarray(labels).any():
+        raise ValueError(
+            f"{name} is a masked array with masked entries: mark missing labels with -1 "
+            "(labels.filled(-1))."
+        )
+    try:
+        arr = np.asarray(labels.to_numpy() if hasattr(labels, "to_numpy") else labels)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be a rectangular (n_items, n_clusterings) array; its rows have "
+            "different lengths."
+        ) from None
+    if arr.dtype == object and arr.ndim == 2:
+        import pandas as pd  # only for pd.NA (pandas' nullable dtypes hand object arrays over)
+
+        missing = np.frompyfunc(lambda v: v is None or v is pd.NA or v != v, 1, 1)(arr)
+        if missing.astype(bool).any():
+            row, col = (int(i) for i in np.argwhere(missing.astype(bool))[0])
+            raise ValueError(
+                f"{name} has a missing value (NA/None/NaN) at row {row}, column {col}: mark a "
+                "missing label with -1."
+            )
+        integral = np.frompyfunc(
+            lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_), 1, 1
+        )(arr)
+        if integral.astype(bool).all():
+            try:
+                return arr.astype(np.int64)
+            except OverflowError:
+                raise ValueError(
+                    f"{name} has a label outside the int64 range; relabel it to small integers "
+                    "(e.g. with numpy.unique(..., return_inverse=True))."
+                ) from None
     return arr
 
 
@@ -97,11 +144,40 @@ def check_n_clusters(n_clusters, n_items: int) -> int:
     return int(n_clusters)
 
 
+def check_real(
+    name: str, value, *, low: float = 0.0, low_inclusive: bool = False, high: float | None = None
+) -> float:
+    """A fuser's real-valued parameter: TypeError unless a real number (bool refused), ValueError
+    unless finite, above ``low`` (or equal, with ``low_inclusive``) and below ``high``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r}.")
+    above = value >= low if low_inclusive else value > low
+    if not (np.isfinite(value) and above and (high is None or value < high)):
+        bound = f"{'≥' if low_inclusive else '>'} {low:g}"
+        if high is not None:
+            bound += f" and < {high:g}"
+        raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
+    return float(value)
+
+
+def check_integer(name: str, value, low: int = 1) -> int:
+    """A fuser's integer parameter: TypeError unless an integer (bool refused), ValueError if
+    below ``low``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r}.")
+    if value < low:
+        raise ValueError(f"{name} must be an integer ≥ {low}; got {value!r}.")
+    return int(value)
+
+
 def check_weights(weights, n_clusterings: int) -> np.ndarray:
     """Per-clustering weights: non-negative, finite, not all zero; None means equal weights."""
     if weights is None:
         return np.ones(n_clusterings)
-    w = np.asarray(weights, dtype=np.float64)
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"weights must be numbers (one per clustering); got {weights!r}.") from None
     if w.shape != (n_clusterings,):
         raise ValueError(f"weights must have shape ({n_clusterings},); got {w.shape}.")
     if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
@@ -224,6 +300,8 @@ def assign_labels(
     method="kmeans": k-means (n_init seeded starts) on the row-normalised rows (Ng–Jordan–Weiss).
     method="cluster_qr": the deterministic column-pivoted QR rounding (Damle, Minden, Ying 2019).
     Rows that are all zero (items in no clustering) are kept and land in some cluster.
+    Returns (n,) int64 labels 0..k'-1 with no gaps, k' ≤ n_clusters (cluster_qr can leave a
+    requested cluster empty).
     Cost O(n K² ) for cluster_qr, O(n K n_init iters) for k-means.
     """
     X = np.asarray(embedding, dtype=np.float64)
@@ -239,7 +317,8 @@ def assign_labels(
     if method == "cluster_qr":
         from sklearn.cluster._spectral import cluster_qr
 
-        return cluster_qr(X[:, :n_clusters]).astype(np.int64)
+        found = cluster_qr(X[:, :n_clusters])
+        return np.unique(found, return_inverse=True)[1].astype(np.int64).ravel()
     raise ValueError(f"method must be 'kmeans' or 'cluster_qr'; got {method!r}.")
 
 
@@ -294,13 +373,25 @@ class BaseFuser(ClusterMixin, BaseEstimator):
         return labels
 
     def fit(self, labels, y=None):
-        """Fuse the base clusterings ``labels`` (n_items, n_clusterings); returns self."""
+        """Fuse the base clusterings ``labels`` (n_items, n_clusterings); returns self. A refit
+        first forgets every learned attribute of the last fit, so nothing stale survives an
+        option that sets fewer of them, or a refit that fails (it leaves the fuser unfitted)."""
+        self._forget_fit()
         labels = self._validate(labels)
         self.n_items_, self.n_clusterings_ = labels.shape
         self._rng = check_random_state(self.random_state)
-        self._fit(labels)
+        try:
+            self._fit(labels)
+        except BaseException:
+            self._forget_fit()
+            raise
         self.labels_ = np.asarray(self.labels_, dtype=np.int64)
         return self
+
+    def _forget_fit(self) -> None:
+        """Delete every learned attribute (public names ending in ``_``)."""
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
 
     def fit_predict(self, labels, y=None, **kwargs) -> np.ndarray:
         """Fit and return ``labels_`` (n_items,)."""

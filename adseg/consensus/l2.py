@@ -94,6 +94,8 @@ class L2CC(BaseFuser):
 
     def _fit(self, labels: np.ndarray) -> None:
         _check_assign(self.assign_labels)
+        if self.normalize not in (True, False):  # RCC's "l1" form has no L2CC counterpart here
+            raise ValueError(f"normalize must be True or False; got {self.normalize!r}.")
         M = co_association(labels, self.weights, normalize=self.normalize)
         vals, H = top_eigenvectors(M, self.n_clusters)
         self.embedding_ = H

@@ -74,7 +74,6 @@ eigenvectors of D^{-1/2} W D^{-1/2}.
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -89,6 +88,8 @@ from scipy.spatial.distance import squareform
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    check_integer,
+    check_real,
     co_association,
     coherent_cells,
     symmetric_part,
@@ -773,17 +774,14 @@ class LTA(BaseFuser):
     def _check_params(self) -> None:
         _check_choice("orientation", self.orientation, ORIENTATIONS)
         _check_choice("final", self.final, FINALS)
-        for name in ("lam", "mu0", "tol"):
-            _check_positive(name, getattr(self, name))
-        _check_positive("mu_max", self.mu_max)
+        for name in ("lam", "mu0", "mu_max"):
+            check_real(name, getattr(self, name))
+        check_real("tol", self.tol, high=1.0)  # a relative change: 1 or more stops at once
         if self.mu_max < self.mu0:
             raise ValueError(f"mu_max must be ≥ mu0; got mu_max={self.mu_max}, mu0={self.mu0}.")
-        if not (isinstance(self.rho, numbers.Real) and self.rho > 1):
-            raise ValueError(f"rho must be a number > 1; got {self.rho!r}.")
+        check_real("rho", self.rho, low=1.0)
         for name in ("max_iter", "n_init"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+            check_integer(name, getattr(self, name))
 
     def _fit(self, labels: np.ndarray) -> None:
         self._check_params()
@@ -826,11 +824,6 @@ class LTA(BaseFuser):
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"{name} must be a positive number; got {value!r}.")
 
 
 __all__ = [

@@ -70,6 +70,7 @@ with v0 from the previous H; "auto" = dense for n ≤ 1,000,
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import numpy as np
@@ -80,6 +81,8 @@ from sklearn.exceptions import ConvergenceWarning
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    check_integer,
+    check_real,
     check_weights,
     co_association,
     coherent_cells,
@@ -339,20 +342,16 @@ class RCC(BaseFuser):
             raise ValueError(f"normalize must be True, False or 'l1'; got {self.normalize!r}.")
         if self.eigen_solver not in _SOLVERS:
             raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")
-        if not (np.isfinite(self.rho) and self.rho > 1):
-            raise ValueError(f"rho must be a finite number > 1; got {self.rho!r}.")
-        if self.mu not in ("residual", "spectral") and not (
-            isinstance(self.mu, int | float) and np.isfinite(self.mu) and self.mu > 0
-        ):
-            raise ValueError(
-                f"mu must be 'residual', 'spectral' or a positive number; got {self.mu!r}."
-            )
-        if not self.mu_max > 0:
-            raise ValueError(f"mu_max must be positive; got {self.mu_max!r}.")
-        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
-            raise ValueError(f"max_iter must be an integer ≥ 1; got {self.max_iter!r}.")
-        if not (np.isfinite(self.tol) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number; got {self.tol!r}.")
+        check_real("rho", self.rho, low=1.0)
+        if not (isinstance(self.mu, str) and self.mu in ("residual", "spectral")):
+            if isinstance(self.mu, str) or not isinstance(self.mu, numbers.Real):
+                raise ValueError(
+                    f"mu must be 'residual', 'spectral' or a positive number; got {self.mu!r}."
+                )
+            check_real("mu", self.mu)
+        check_real("mu_max", self.mu_max)
+        check_integer("max_iter", self.max_iter)
+        check_real("tol", self.tol, high=1.0)  # relative to ‖M̃‖_F: 1 or more stops at once
 
     def _fit(self, labels: np.ndarray) -> None:
         self._check_params()

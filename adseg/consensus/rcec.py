@@ -75,7 +75,6 @@ Deviations from the spec, and why:
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -83,7 +82,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import MISSING, BaseFuser, assign_labels
+from adseg.consensus._base import MISSING, BaseFuser, assign_labels, check_integer, check_real
 
 _SOLVERS = ("multiplicative", "fista")
 _INITS = ("random", "support")
@@ -461,26 +460,14 @@ class RCEC(BaseFuser):
 
     # -- validation ---------------------------------------------------------------------------
     def _check_params(self) -> None:
-        def number(name: str, value, *, positive: bool) -> None:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number; got {value!r}.")
-            if not np.isfinite(value) or value < 0 or (positive and value == 0):
-                bound = "> 0" if positive else "≥ 0"
-                raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
-
-        number("lam", self.lam, positive=False)
-        number("gamma", self.gamma, positive=True)
-        number("tol", self.tol, positive=True)
-        number("varsigma", self.varsigma, positive=False)
-        number("beta_scale", self.beta_scale, positive=True)
+        check_real("lam", self.lam, low_inclusive=True)
+        check_real("gamma", self.gamma)
+        check_real("tol", self.tol)
+        check_real("varsigma", self.varsigma, low_inclusive=True)
+        check_real("beta_scale", self.beta_scale)
         if not (isinstance(self.beta, str) and self.beta == "auto"):
-            number("beta", self.beta, positive=False)
-        if (
-            isinstance(self.max_iter, bool)
-            or not isinstance(self.max_iter, numbers.Integral)
-            or self.max_iter < 1
-        ):
-            raise ValueError(f"max_iter must be an integer ≥ 1; got {self.max_iter!r}.")
+            check_real("beta", self.beta, low_inclusive=True)
+        check_integer("max_iter", self.max_iter)
         for name, value, allowed in (
             ("solver", self.solver, _SOLVERS),
             ("init", self.init, _INITS),

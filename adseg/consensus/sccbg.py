@@ -84,7 +84,7 @@ import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import KMeans
 
-from adseg.consensus._base import MISSING, BaseFuser, relabel
+from adseg.consensus._base import MISSING, BaseFuser, check_integer, check_real, relabel
 
 DEFAULT_GAMMA_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 _DEN_EPS = 1e-12
@@ -398,7 +398,8 @@ class SCCBG(BaseFuser):
     min_edge_weights_ : (n, k) float64, the lowest W_ij reached during the run. Because λ doubles
         without bound, W returns to 1 once the self-paced phase ends (spec §2.4), so this is where
         the entries excluded early (W = 0 while the pace was small) remain visible.
-    cluster_ids_ : (k, 2) int64, (base clustering, original label) of each column of S and W.
+    cluster_ids_ : (k, 2) int64, (base clustering, original label) of each column of S and W;
+        ordered by clustering, then by each label's first appearance.
     labels_path_ : how labels were read: "components" (exactly c components, the paper's path),
         "merge" (K > c, merged), "kmeans" (K < c, k-means on the embedding), "trivial" (c = 1);
         suffix "+isolated" when isolated instances were attached by co-association.
@@ -453,32 +454,25 @@ class SCCBG(BaseFuser):
     # -- validation ----------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        def positive(name, value, strict=True):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number; got {value!r}.")
-            if not np.isfinite(value) or value < 0 or (strict and value == 0):
-                raise ValueError(f"{name} must be {'> 0' if strict else '≥ 0'}; got {value!r}.")
-
         if isinstance(self.gamma, str):
             if self.gamma != "auto":
                 raise ValueError(f"gamma must be a number ≥ 0 or 'auto'; got {self.gamma!r}.")
             if len(self.gamma_grid) == 0:
                 raise ValueError("gamma_grid is empty.")
             for g in self.gamma_grid:
-                positive("gamma_grid entries", g, strict=False)
+                check_real("gamma_grid entries", g, low_inclusive=True)
         else:
-            positive("gamma", self.gamma, strict=False)
+            check_real("gamma", self.gamma, low_inclusive=True)
         for name in ("lambda0", "rho0", "tol", "rank_tol", "inner_tol"):
-            positive(name, getattr(self, name))
-        positive("edge_tol", self.edge_tol, strict=False)
+            check_real(name, getattr(self, name))
+        # S's entries are at most 1: a threshold of 1 or more would leave no edge at all
+        check_real("edge_tol", self.edge_tol, low_inclusive=True, high=1.0)
         if self.relaxation != "auto" and not (
             isinstance(self.relaxation, numbers.Real) and 0 < self.relaxation < 2
         ):
             raise ValueError(f"relaxation must be 'auto' or in (0, 2); got {self.relaxation!r}.")
         for name in ("max_iter", "max_sweeps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1; got {v!r}.")
+            check_integer(name, getattr(self, name))
 
     # -- fit -----------------------------------------------------------------------------------
 
@@ -486,7 +480,7 @@ class SCCBG(BaseFuser):
         self._check_params()
         c = int(self.n_clusters)
         n, m = labels.shape
-        labels = relabel(labels)
+        original, labels = labels, relabel(labels)
         if self.compress:
             uniq, first, inverse, mult = np.unique(
                 labels, axis=0, return_index=True, return_inverse=True, return_counts=True
@@ -509,7 +503,10 @@ class SCCBG(BaseFuser):
         cluster_ids = np.empty((k, 2), dtype=np.int64)
         cluster_ids[:, 0] = block_of
         for b in range(m):  # loop over clusterings
-            cluster_ids[block_of == b, 1] = np.unique(labels[labels[:, b] != MISSING, b])
+            seen = labels[:, b] != MISSING  # relabelled value r is column r of block b
+            original_of = np.empty(int(labels[seen, b].max()) + 1, dtype=np.int64)
+            original_of[labels[seen, b]] = original[seen, b]
+            cluster_ids[block_of == b, 1] = original_of
         self.cluster_ids_ = cluster_ids
         self.n_unique_rows_ = int(uniq.shape[0])
         mult = mult.astype(np.float64)

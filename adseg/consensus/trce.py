@@ -49,7 +49,6 @@ temporary): n = 2,340 → 0.3 GB; n = 10,000 → 5.6 GB.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -59,7 +58,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
-from adseg.consensus._base import BaseFuser, assign_labels, relabel
+from adseg.consensus._base import BaseFuser, assign_labels, check_integer, check_real, relabel
 
 _ON_MISMATCH = ("repair", "return", "continue", "spectral")
 _EIGEN_SOLVERS = ("auto", "dense", "arpack")
@@ -169,22 +168,22 @@ class TRCE(BaseFuser):
 
     # ------------------------------------------------------------------ validation
     def _check_params(self, n: int) -> None:
-        _positive("lam", self.lam)
+        check_real("lam", self.lam)
         if isinstance(self.gamma_init, str):
             if self.gamma_init != "quantile":
                 raise ValueError(f"gamma_init must be > 0 or 'quantile'; got {self.gamma_init!r}.")
         else:
-            _positive("gamma_init", self.gamma_init)
-        _positive("gamma_growth", self.gamma_growth)
+            check_real("gamma_init", self.gamma_init)
+        check_real("gamma_growth", self.gamma_growth)
         if self.gamma_growth < 1:
             raise ValueError(f"gamma_growth must be ≥ 1; got {self.gamma_growth}.")
-        _positive("rho_init", self.rho_init)
-        _positive("rho_factor", self.rho_factor)
+        check_real("rho_init", self.rho_init)
+        check_real("rho_factor", self.rho_factor)
         if self.rho_factor <= 1:
             raise ValueError(f"rho_factor must be > 1; got {self.rho_factor}.")
-        _int_at_least("max_iter", self.max_iter, 1)
-        _int_at_least("min_iter", self.min_iter, 1)
-        _int_at_least("repair_iters", self.repair_iters, 0)
+        check_integer("max_iter", self.max_iter, 1)
+        check_integer("min_iter", self.min_iter, 1)
+        check_integer("repair_iters", self.repair_iters, 0)
         if self.on_mismatch not in _ON_MISMATCH:
             raise ValueError(
                 f"on_mismatch must be one of {_ON_MISMATCH}; got {self.on_mismatch!r}."
@@ -535,17 +534,3 @@ def _merge_components(comp: np.ndarray, M: np.ndarray, c: int) -> np.ndarray:
     tree = linkage(squareform(D, checks=False), method="average")
     merged = cut_tree(tree, n_clusters=c).ravel()
     return merged[comp].astype(np.int64)
-
-
-def _positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise TypeError(f"{name} must be a finite real number; got {value!r}.")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0; got {value}.")
-
-
-def _int_at_least(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}.")
-    if value < low:
-        raise ValueError(f"{name} must be ≥ {low}; got {value}.")
