@@ -782,6 +782,12 @@ def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
                 extra.append("" if ari_value is None else f"{ari_value:.3f}")
             table.add_row(source, *cells, *extra)
         out.print(table)
+        if "n_missing_forecast" in sub and (missing := int(sub["n_missing_forecast"].max())):
+            out.print(
+                f"{missing:,} advertiser{'s' if missing != 1 else ''} with no training delivery "
+                "to forecast supply from: left out of these MAPEs",
+                markup=False,
+            )
 
 
 def _print_left_out(fusers: list[str]) -> None:

@@ -898,9 +898,9 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
                 "was made left out of its forecasts (a new `adseg nightly` includes them)",
                 stacklevel=2,
             )
-        segmentations = {
-            src: seg.reindex(data.advertiser_ids).fillna(-1).to_numpy(dtype=np.int64)
-            for src, seg in stored.items()
+        segmentations = {  # in the nightly's order, so the tables print as the nightly's do
+            src: stored[src].reindex(data.advertiser_ids).fillna(-1).to_numpy(dtype=np.int64)
+            for src in sorted(stored, key=_source_position(run))
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
@@ -912,14 +912,19 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
 # --- reports -------------------------------------------------------------------------------
 
 
-def _in_source_order(frame: pd.DataFrame, run: dict) -> pd.DataFrame:
-    """``frame``'s rows with its sources in the order the nightly prints them: the single views,
-    the run's fusers, then truth, own, global and any other (alphabetically)."""
+def _source_position(run: dict):
+    """A sort key putting sources in the order the nightly prints them: the single views, the
+    run's fusers, then truth, own, global and any other (alphabetically)."""
     fusers = list((run.get("parameters") or {}).get("fusers") or [])
     order = [*SINGLE_VIEW_SOURCES, *fusers, "truth", "own", "global"]
     rank = {s: i for i, s in enumerate(dict.fromkeys(order))}
-    position = frame["source"].map(lambda s: rank.get(s, len(rank)))
-    ordered = frame.assign(_position=position).sort_values(["_position", "source"], kind="stable")
+    return lambda source: (rank.get(source, len(rank)), source)
+
+
+def _in_source_order(frame: pd.DataFrame, run: dict) -> pd.DataFrame:
+    """``frame``'s rows with its sources in the nightly's order (:func:`_source_position`)."""
+    position = frame["source"].map(_source_position(run))
+    ordered = frame.assign(_position=position).sort_values("_position", kind="stable")
     return ordered.drop(columns="_position").reset_index(drop=True)
 
 

@@ -54,7 +54,7 @@ PAPER_MAPE = pd.DataFrame(
     }
 )
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2
 JSON_TOP_LEVEL_KEYS = (
     "schema_version",
     "run_id",
@@ -79,11 +79,13 @@ JSON_SOURCE_KEYS = (
     "n_segments",
     "n_zero_impressions",
     "n_zero_spend",
+    "n_missing_forecast",
 )
 JSON_SCHEMA = """\
-render_json schema, version 1. Numbers are JSON numbers; NaN, +inf and -inf are null.
+render_json schema, version 2 (version 1 had no "n_missing_forecast"). Numbers are JSON
+numbers; NaN, +inf and -inf are null.
 {
-  "schema_version": 1,
+  "schema_version": 2,
   "run_id":       run id (as given: string or integer),
   "status":       run status string, or null,
   "windows":      object as given in the run metadata, e.g.
@@ -111,7 +113,10 @@ render_json schema, version 1. Numbers are JSON numbers; NaN, +inf and -inf are 
 ENTRY = {"impressions_mape": fraction (0.16 = 16%) or null, "spend_mape": fraction or null,
          "n_advertisers": advertisers scored, "n_segments": segments in the source,
          "n_zero_impressions": zero actuals left out of the impressions MAPE,
-         "n_zero_spend": zero actuals left out of the spend MAPE}
+         "n_zero_spend": zero actuals left out of the spend MAPE,
+         "n_missing_forecast": advertisers left out of both MAPEs because they have no
+                               forecast (no training delivery to forecast supply from;
+                               0 with actual supply)}
 Sources "own" (each advertiser its own segment: no segmentation) and "global" (one segment)
 are the references.
 """
@@ -470,10 +475,13 @@ def _mape_pivot(mape: pd.DataFrame, mode: str) -> tuple[pd.DataFrame, dict[str, 
     for c in ("n_segments", "n_advertisers", "n_zero_impressions", "n_zero_spend"):
         if c in first.columns:
             out[c] = out["source"].map(first[c])
+    if "n_missing_forecast" in first.columns and first["n_missing_forecast"].fillna(0).any():
+        out["n_missing_forecast"] = out["source"].map(first["n_missing_forecast"])
     blended = m[m["method"] == "blended"].set_index("source")
     for c in ("kappa_win", "kappa_cost"):
         if c in blended.columns and len(blended):
-            out[c.replace("kappa_", "κ ")] = out["source"].map(blended[c])
+            # a blended row always has a κ: stored NULL is κ = ∞ (the pure segment c.d.f.)
+            out[c.replace("kappa_", "κ ")] = out["source"].map(blended[c].fillna(math.inf))
     sort_col = next((c for c in out.columns if c.startswith("impressions MAPE")), "source")
     return out.sort_values(sort_col, kind="stable", na_position="last"), formats
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from pathlib import Path
@@ -507,6 +508,9 @@ def test_single_stages_from_the_cli(loaded, db_url):
     assert res.exit_code == 0, res.output
     mape = store.read_forecast_results(loaded, run_id)["mape"]
     assert {"l2", "win_rate", "ecpm", "text", "own", "global"} <= set(mape["source"])
+    # its table lists the sources in the nightly's order (they were alphabetical)
+    printed = [s for s in re.findall(r"^│ (\w+) ", res.output, re.M) if s != "source"]
+    assert printed == ["win_rate", "ecpm", "text", "l2", "own", "global"], res.output
     timings = store.get_run(loaded, run_id)["timings"]
     assert timings.keys() >= {"views", "adseg segment", "adseg forecast"}
     assert set(timings["adseg segment"]["fusers"]) == {"l2"}

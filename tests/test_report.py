@@ -6,6 +6,7 @@ import io
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -139,7 +140,7 @@ def test_json_schema_keys_are_stable(data):
         "consistency",
         "clusters_per_view",
     }
-    assert doc["schema_version"] == 1 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
+    assert doc["schema_version"] == 2 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
     assert set(doc["sources"]) == {"rcc", "text", "own", "global"}
     for block in (doc["sources"], doc["blended"], *doc["supply_forecast"].values()):
         for entry in block.values():
@@ -150,6 +151,7 @@ def test_json_schema_keys_are_stable(data):
                 "n_segments",
                 "n_zero_impressions",
                 "n_zero_spend",
+                "n_missing_forecast",
             }
             assert tuple(entry) == JSON_SOURCE_KEYS
     assert set(doc["supply_forecast"]) == {"segment", "blended"}
@@ -160,6 +162,48 @@ def test_json_schema_keys_are_stable(data):
     # the documented schema names every key
     for key in JSON_TOP_LEVEL_KEYS + JSON_SOURCE_KEYS:
         assert f'"{key}"' in JSON_SCHEMA
+
+
+def test_the_readme_shows_the_json_schema_as_it_is():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert JSON_SCHEMA in readme
+
+
+def _stored_style_mape(**extra) -> pd.DataFrame:
+    """A metrics frame as the store gives it back: κ = ∞ stored as NULL (NaN)."""
+    return pd.DataFrame(
+        {
+            "source": ["s", "s", "s", "s"],
+            "supply_mode": ["actual", "actual", "forecast", "forecast"],
+            "method": ["segment", "blended"] * 2,
+            "impressions_mape": [0.1, 0.2, 0.3, 0.4],
+            "spend_mape": [0.1, 0.2, 0.3, 0.4],
+            "n_advertisers": [3, 3, 2, 2],
+            "n_segments": [1, 1, 1, 1],
+            "n_zero_impressions": [0, 0, 0, 0],
+            "n_zero_spend": [0, 0, 0, 0],
+            "kappa_win": [np.nan, np.nan, np.nan, np.nan],
+            "kappa_cost": [np.nan, 2.5, np.nan, 2.5],
+            **extra,
+        }
+    )
+
+
+def test_html_shows_an_infinite_kappa_as_infinity_not_as_not_applicable():
+    """A blended row's NULL κ is κ = ∞ (the JSON schema says so); the HTML showed "—"."""
+    page = render_html(ReportData(run={"run_id": 1}, mape=_stored_style_mape()))
+    row = re.search(r"<tr><td>s</td>.*?</tr>", page, re.S).group(0)
+    assert "∞" in row and "2.5" in row
+
+
+def test_advertisers_without_a_supply_forecast_are_counted_in_every_report():
+    """They were recorded in the metrics table only: 2 advertisers scored of 3, no reason given."""
+    mape = _stored_style_mape(n_missing_forecast=[0, 0, 1, 1])
+    doc = json.loads(render_json(ReportData(run={"run_id": 1}, mape=mape)))
+    assert doc["supply_forecast"]["segment"]["s"]["n_missing_forecast"] == 1
+    assert doc["sources"]["s"]["n_missing_forecast"] == 0
+    page = render_html(ReportData(run={"run_id": 1}, mape=mape))
+    assert "n_missing_forecast" in page
 
 
 def test_json_nan_and_inf_become_null():
@@ -316,3 +360,11 @@ def test_scatter_of_all_zero_deliveries_draws_without_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _scatter_plot(d, "rcc").startswith("<img")
+
+
+def test_the_cli_table_says_how_many_advertisers_had_no_supply_forecast(capsys):
+    from adseg.cli import _print_mape_tables
+
+    _print_mape_tables(_stored_style_mape(n_missing_forecast=[0, 0, 1, 1]))
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 advertiser with no training delivery to forecast supply from" in text
