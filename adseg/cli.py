@@ -82,6 +82,56 @@ MinSamples = Annotated[
 RUN_ID = {"min": 1, "max": 2**63 - 1}  # the databases' BIGINT range (larger cannot be bound)
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
+Supply = Annotated[
+    str,
+    typer.Option(
+        help="Supply behind the forecasts: actual (the window's bid requests, as the paper), "
+        "forecast (from the training window) or both."
+    ),
+]
+SupplyModel = Annotated[
+    str,
+    typer.Option(
+        help="Forecast supply by ses (simple exponential smoothing), mean (of the training "
+        "days) or seasonal_naive (the same weekday's latest day); pick by backtest."
+    ),
+]
+SupplyEngine = Annotated[
+    str,
+    typer.Option(
+        help="Fit SES with numpy (all advertisers at once, the default) or statsmodels "
+        "(SimpleExpSmoothing per advertiser, ~4 ms each; the same model)."
+    ),
+]
+SpendPrice = Annotated[
+    str,
+    typer.Option(
+        help="Expected paid eCPM from the cost samples (the paper's eCPM cost c.d.f.) or the "
+        "market prices (E[price | price <= bid], not censored by each advertiser's own bid)."
+    ),
+]
+
+
+def _forecast_options(supply: str, supply_model: str, supply_engine: str, spend_price: str):
+    """The forecast options checked at the door: CliError naming the option and its choices."""
+    for option, value, choices in (
+        ("--supply", supply, ("actual", "forecast", "both")),
+        ("--supply-model", supply_model, ("ses", "mean", "seasonal_naive")),
+        ("--supply-engine", supply_engine, ("numpy", "statsmodels")),
+        ("--spend-price", spend_price, ("cost", "market")),
+    ):
+        if value not in choices:
+            raise CliError(
+                f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}; got {value!r}"
+            )
+    return {
+        "supply": supply,
+        "supply_model": supply_model,
+        "supply_engine": supply_engine,
+        "spend_price": spend_price,
+    }
+
+
 RunSeed = Annotated[
     int | None,
     typer.Option(
@@ -632,7 +682,10 @@ def nightly(
     segments: Annotated[
         int | None, typer.Option(help="Number of segments (default: from the KS views).", min=1)
     ] = None,
-    supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
+    supply: Supply = "both",
+    supply_model: SupplyModel = "ses",
+    supply_engine: SupplyEngine = "numpy",
+    spend_price: SpendPrice = "cost",
     seed: Seed = 0,
     min_samples: MinSamples = 20,
     truth: Annotated[
@@ -664,8 +717,7 @@ def nightly(
     _setup_logging(quiet, verbose)
     engine = _engine(database_url_)
     _require_schema(engine)
-    if supply not in ("actual", "forecast", "both"):
-        raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
+    forecast_options = _forecast_options(supply, supply_model, supply_engine, spend_price)
     reports = {"html": report_html, "json": report_json}
     _check_outputs({f"--report-{fmt}": path for fmt, path in reports.items()}, database_url_)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
@@ -675,8 +727,8 @@ def nightly(
         n_segments=segments,
         seed=seed,
         min_samples=min_samples,
-        supply=supply,
         truth_path=str(truth) if truth else None,
+        **forecast_options,
     )
     config.fuser_names()  # validate names before taking the lock
     if truth is not None:
@@ -954,7 +1006,10 @@ def forecast_command(
     run: Annotated[
         int, typer.Option("--run", help="Run whose segments to forecast with.", **RUN_ID)
     ],
-    supply: Annotated[str, typer.Option(help="actual | forecast | both")] = "both",
+    supply: Supply = "both",
+    supply_model: SupplyModel = "ses",
+    supply_engine: SupplyEngine = "numpy",
+    spend_price: SpendPrice = "cost",
     seed: RunSeed = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
@@ -963,11 +1018,10 @@ def forecast_command(
     from adseg.pipeline import NightlyConfig, run_forecast
     from adseg.store.results import RunLockedError, RunNotFoundError
 
-    if supply not in ("actual", "forecast", "both"):
-        raise CliError(f"--supply must be actual, forecast or both; got {supply!r}")
+    forecast_options = _forecast_options(supply, supply_model, supply_engine, spend_price)
     engine = _engine(database_url_)
     _require_schema(engine)
-    config = NightlyConfig(seed=_run_seed(engine, run, seed), supply=supply)
+    config = NightlyConfig(seed=_run_seed(engine, run, seed), **forecast_options)
     try:
         result = run_forecast(engine, run, config)
     except RunLockedError as exc:

@@ -88,6 +88,9 @@ class NightlyConfig:
     n_segments: int | None = None  # None = median cluster count of the KS views
     seed: int = 0
     supply: str = "both"
+    supply_model: str = "ses"  # forecast supply: "ses", "mean" or "seasonal_naive"
+    supply_engine: str = "numpy"  # the SES fits: "numpy" (all at once) or "statsmodels"
+    spend_price: str = "cost"  # expected paid eCPM from the "cost" or the "market" samples
     methods: tuple[str, ...] = ("segment", "blended")
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
     single_view_alpha: float = 0.05
@@ -564,6 +567,9 @@ def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: Nig
         data.advertiser_ids,
         supply=config.supply,
         methods=config.methods,
+        supply_model=config.supply_model,
+        supply_engine=config.supply_engine,
+        spend_price=config.spend_price,
         random_state=config.seed,
     )
 
@@ -904,7 +910,14 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result, {"supply": config.supply, "forecast_seed": config.seed}, {}
+        recorded = {
+            "supply": config.supply,
+            "supply_model": config.supply_model,
+            "supply_engine": config.supply_engine,
+            "spend_price": config.spend_price,
+            "forecast_seed": config.seed,
+        }
+        return result, recorded, {}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

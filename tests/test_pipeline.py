@@ -586,6 +586,33 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
         app, ["forecast", "--run", str(run_id), "--seed", "7", "--database-url", db_url, "-q"]
     )
     assert res.exit_code == 0 and store.get_run(loaded, run_id)["parameters"]["forecast_seed"] == 7
+    # the forecast's documented options reach it from the CLI, and the run records them
+    before = store.read_forecast_results(loaded, run_id)["mape"]
+    options = ["--supply", "forecast", "--supply-model", "mean", "--spend-price", "market"]
+    res = runner.invoke(
+        app, ["forecast", "--run", str(run_id), *options, "-q", "--database-url", db_url]
+    )
+    assert res.exit_code == 0, res.output
+    recorded = store.get_run(loaded, run_id)["parameters"]
+    assert (recorded["supply_model"], recorded["spend_price"]) == ("mean", "market")
+    after = store.read_forecast_results(loaded, run_id)["mape"]
+    assert set(after["supply_mode"]) == {"forecast"}
+    spend = {
+        m: f[f["supply_mode"] == "forecast"].set_index(["source", "method"])["spend_mape"]
+        for m, f in (("b", before), ("a", after))
+    }
+    assert not np.allclose(spend["a"].sort_index(), spend["b"].sort_index())
+    for option, value in (
+        ("--supply-model", "arima"),
+        ("--supply-engine", "R"),
+        ("--spend-price", "bid"),
+    ):
+        res = runner.invoke(
+            app, ["forecast", "--run", str(run_id), option, value, "--database-url", db_url]
+        )
+        assert (
+            res.exit_code == 2 and f"{option} must be " in res.output and repr(value) in res.output
+        )
     # re-fusing l2 alone at K = 3 leaves rcc at its K: the parameters say so per fuser
     k = params["resolved"]["n_segments"]
     args = ["segment", "--run", str(run_id), "--fuser", "l2", "--segments", "3", "-q"]
