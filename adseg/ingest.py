@@ -16,6 +16,7 @@ dropped on reading, and every typed frame is built from index-free arrays.
 from __future__ import annotations
 
 import csv
+import difflib
 import gzip
 import re
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ def find_table_files(directory: Path) -> dict[str, Path]:
     one table."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise IngestError([Problem(str(directory), "not a directory")])
+        what = "not a directory" if directory.exists() else "no such directory"
+        raise IngestError([Problem(str(directory), what)])
     found: dict[str, Path] = {}
     problems = []
     for table in TABLES:
@@ -123,6 +125,7 @@ def find_table_files(directory: Path) -> dict[str, Path]:
             found[table] = paths[0]
     problems += _miscased_table_files(directory, found)
     problems += _unsupported_table_files(directory)
+    problems += _misspelled_table_files(directory, found)
     if not found and not problems:
         expected = ", ".join(f"{t}.csv[.gz]|.parquet" for t in TABLES)
         problems.append(Problem(str(directory), f"no ingest files found (expected {expected})"))
@@ -156,6 +159,29 @@ def _unsupported_table_files(directory: Path) -> list[Problem]:
             forms = ", ".join(f"{table}{s}" for s in SUFFIXES)
             problems.append(
                 Problem(str(entry), f"not a table file format ingest reads; use one of {forms}")
+            )
+    return problems
+
+
+def _misspelled_table_files(directory: Path, found: dict[str, Path]) -> list[Problem]:
+    """Data files whose name is close to a missing table's (``auction.csv``, ``deliveries.csv``,
+    ``advertiser.parquet``): skipping one would load the other tables and exit 0 without this
+    one's rows. Names far from every table (``truth.csv``) are left alone."""
+    missing = [t for t in TABLES if t not in found]
+    problems = []
+    for entry in sorted(directory.iterdir()):
+        name = entry.name.lower()
+        suffix = next((s for s in SUFFIXES if name.endswith(s)), None)
+        if suffix is None or name[: -len(suffix)] in TABLES:
+            continue
+        close = difflib.get_close_matches(name[: -len(suffix)], missing, n=1, cutoff=0.75)
+        if close:
+            problems.append(
+                Problem(
+                    str(entry),
+                    f"not a table name ingest knows: is it {close[0]}{suffix}? (rename it, or "
+                    "move it out of the folder)",
+                )
             )
     return problems
 

@@ -179,7 +179,7 @@ def test_nightly_job_empty_inbox_runs_on_the_data_already_in_the_database(job_en
     [log] = (home / "logs").glob("nightly-*.log")
     text = log.read_text(encoding="utf-8")
     assert done.returncode == 2, text
-    assert "not a directory" in text and "nightly end rc=2" in text
+    assert "no such directory" in text and "nightly end rc=2" in text
     with sqlite3.connect(home / "adseg.db") as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (2,)
 

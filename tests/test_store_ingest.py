@@ -331,7 +331,25 @@ def test_ingest_requires_migrated_database(db_url, tmp_path):
 def test_ingest_missing_directory(engine, db_url, tmp_path):
     result = ingest(db_url, tmp_path / "nope")
     assert result.exit_code == 2
-    assert "not a directory" in result.output
+    assert "no such directory" in result.output
+    (tmp_path / "file").write_text("x")
+    result = ingest(db_url, tmp_path / "file")
+    assert result.exit_code == 2 and "not a directory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("auction.csv", "auctions.csv"), ("deliveries.csv.gz", "delivery.csv.gz")],
+)
+def test_a_misspelled_table_file_is_refused_not_skipped(engine, db_url, tmp_path, typo, meant):
+    """It was skipped: the other tables loaded, exit 0, and not a word about the missing one."""
+    folder = write_dir(tmp_path / "in", "csv.gz" if typo.endswith(".gz") else "csv")
+    (folder / meant).rename(folder / typo)
+    (folder / "truth.csv").write_text("advertiser_id,segment\n")  # named for no table: fine
+    result = ingest(db_url, folder)
+    assert result.exit_code == 2, result.output
+    assert f"is it {meant}?" in " ".join(result.output.split())
+    assert reads.advertisers(engine).empty  # nothing written
 
 
 def test_unreadable_files_say_where_and_why(tmp_path):
