@@ -311,26 +311,13 @@ def _check_n_segments(requested: int, n_advertisers: int) -> int:
     return requested
 
 
-def fill_missing(labels: np.ndarray) -> np.ndarray:
-    """-1 entries → fresh singleton labels per column, for fusers whose model has no missing
-    labels (an advertiser left out of a view is then 'alone' in that view)."""
-    out = labels.copy()
-    for j in range(out.shape[1]):  # columns, not items
-        miss = out[:, j] < 0
-        if miss.any():
-            start = out[:, j].max() + 1
-            out[miss, j] = start + np.arange(miss.sum())
-    return out
-
-
 def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
     """One fuser's labels and wall seconds (runs in a worker process when n_jobs > 1)."""
     cls = FUSERS[name]
-    data = labels if getattr(cls, "allow_missing", True) else fill_missing(labels)
     t0 = time.perf_counter()
     with threadpool_limits(limits=1), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence notes go to the run row, not stderr
-        result = cls(n_clusters=n_segments, random_state=seed).fit_predict(data)
+        result = cls(n_clusters=n_segments, random_state=seed).fit_predict(labels)
     return result, round(time.perf_counter() - t0, 3)
 
 

@@ -459,3 +459,21 @@ def test_merge_fallback_unions_whole_components():
     # each merged cluster is a union of whole components, joined where co-association is high
     assert ari(coarse, merged) == pytest.approx(1.0)
     assert _merge_components(p, M, 4).max() == 3
+
+
+def test_missing_labels_are_singletons_as_the_fuser_contract_asks():
+    """DESIGN §3: every fuser takes -1 = missing; TRCE refused it (only the pipeline filled it)."""
+    from adseg.consensus._base import missing_as_singletons
+
+    rng = np.random.default_rng(3)
+    truth = np.repeat(np.arange(3), 20)
+    labels = np.stack([truth] * 6, axis=1)
+    labels[rng.random(labels.shape) < 0.1] = -1
+    filled = missing_as_singletons(labels)
+    assert (filled >= 0).all() and (filled[labels >= 0] == labels[labels >= 0]).all()
+    for j in range(labels.shape[1]):  # each missing entry a cluster of its own
+        new = filled[labels[:, j] == -1, j]
+        assert len(set(new)) == new.size and not set(new) & set(labels[:, j])
+    fused = TRCE(n_clusters=3, random_state=0).fit(labels).labels_
+    np.testing.assert_array_equal(fused, TRCE(n_clusters=3, random_state=0).fit(filled).labels_)
+    assert clustering_accuracy(truth, fused) == 1.0

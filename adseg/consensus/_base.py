@@ -185,6 +185,18 @@ def check_weights(weights, n_clusterings: int) -> np.ndarray:
     return w
 
 
+def missing_as_singletons(labels: np.ndarray) -> np.ndarray:
+    """-1 entries → a fresh singleton label each, per column: for a fuser whose model has no
+    missing labels, an item left out of a clustering is then alone in it. (n, m) int64 → a new
+    (n, m) int64 array; O(n m)."""
+    out = np.array(labels, dtype=np.int64)
+    for j in range(out.shape[1]):  # columns, not items
+        miss = out[:, j] == MISSING
+        if miss.any():
+            out[miss, j] = out[:, j].max() + 1 + np.arange(int(miss.sum()))
+    return out
+
+
 def relabel(labels: np.ndarray) -> np.ndarray:
     """Map each column's labels to 0..k_v-1 in order of first appearance; -1 stays -1.
 

@@ -33,8 +33,10 @@ log(B) · Y (Y the one-hot incidence), never from an n×n×m array.
 Missing labels (-1): the model has no notion of them (spec §1.1): A^(k) must be row-stochastic for
 every item, and an item absent from clustering k has no row there. A principled extension
 (dropping item i's term from clustering k, i.e. a per-(i, k) mask in both the KL and α) would
-change the α-step's meaning (o_k would sum over different item sets), so ``allow_missing = False``
-and -1 labels are rejected at the door.
+change the α-step's meaning (o_k would sum over different item sets). So, to keep the fusers'
+contract (-1 = missing, DESIGN §3), each -1 becomes a singleton cluster of its own in that
+clustering (:func:`~adseg.consensus._base.missing_as_singletons`): the item is alone there, which
+the model reads as "linked to nobody" in that clustering.
 
 When the learned graph does not end with exactly ``n_clusters`` components (spec §3.9),
 ``on_mismatch`` decides; the default ``"repair"`` first runs more iterations with γ frozen (only
@@ -58,7 +60,14 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
-from adseg.consensus._base import BaseFuser, assign_labels, check_integer, check_real, relabel
+from adseg.consensus._base import (
+    BaseFuser,
+    assign_labels,
+    check_integer,
+    check_real,
+    missing_as_singletons,
+    relabel,
+)
 
 _ON_MISMATCH = ("repair", "return", "continue", "spectral")
 _EIGEN_SOLVERS = ("auto", "dense", "arpack")
@@ -126,8 +135,6 @@ class TRCE(BaseFuser):
     noise_norm_ : float, ‖E‖_F = ‖B − A‖_F at the end.
     history_ : list of dict (iteration, n_components, rho, gamma, objective J4).
     """
-
-    allow_missing = False
 
     def __init__(
         self,
@@ -201,6 +208,7 @@ class TRCE(BaseFuser):
 
     # ------------------------------------------------------------------ fit
     def _fit(self, labels: np.ndarray) -> None:
+        labels = missing_as_singletons(labels)
         n, m = labels.shape
         self._check_params(n)
         c = int(self.n_clusters)
