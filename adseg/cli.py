@@ -174,8 +174,10 @@ def handle_errors(fn: Callable) -> Callable:
             _fail(str(exc), exc.code, exc.details)
         except IngestError as exc:
             n = len(exc.problems)
+            if n == 1:  # one line, naming the file, as every other error is
+                _fail(f"ingest rejected: {exc.problems[0]}; nothing was written", EXIT_BAD_INPUT)
             _fail(
-                f"ingest rejected ({n} problem{'s' if n != 1 else ''}); nothing was written",
+                f"ingest rejected ({n} problems); nothing was written",
                 EXIT_BAD_INPUT,
                 [str(p) for p in exc.problems],
             )

@@ -521,7 +521,8 @@ def read_truth(path: str | Path) -> pd.Series:
     try:
         truth = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"truth file {path}: cannot be read ({exc}).") from None
+        reason = " ".join(str(exc).split())  # pandas' messages span lines: one line for the user
+        raise ValueError(f"truth file {path}: cannot be read ({reason}).") from None
     missing = [c for c in ("advertiser_id", "segment") if c not in truth.columns]
     if missing:
         raise ValueError(f"truth file {path}: missing column(s) {', '.join(missing)}.")

@@ -828,6 +828,15 @@ def test_a_truth_file_of_another_marketplace_is_refused_before_a_run(loaded, db_
     assert store.list_runs(loaded).empty
 
 
+def test_an_unreadable_truth_file_is_one_line(tmp_path):
+    """pandas' tokenizer message has a newline: the error spanned two lines."""
+    path = tmp_path / "notes.md"
+    path.write_text("# notes\n\nadvertiser_id,segment\na,b,c\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="cannot be read") as caught:
+        pipeline.read_truth(path)
+    assert "\n" not in str(caught.value)
+
+
 def test_truth_segments_may_be_text_and_may_cover_some_advertisers(tmp_path):
     path = tmp_path / "truth.csv"
     path.write_text("advertiser_id,segment,extra\na,north,1\nb,south,2\nc,north,3\n", "utf-8")
