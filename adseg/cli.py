@@ -706,7 +706,8 @@ def nightly(
 ) -> None:
     """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
 
-    Exit codes: 0 done, 1 the run failed (recorded in its run row), 2 bad input, 75 another
+    Exit codes: 0 done, 1 the run failed (recorded in its run row) or completed but a report
+    file could not be written, 2 bad input, 75 another
     nightly run holds the lock, or the database server cannot be reached, turns the login away
     for now or goes away during the run (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
