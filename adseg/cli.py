@@ -718,11 +718,12 @@ def nightly(
     from adseg.store.results import RunLockedError
 
     _setup_logging(quiet, verbose)
-    engine = _engine(database_url_)
-    _require_schema(engine)
     forecast_options = _forecast_options(supply, supply_model, supply_engine, spend_price)
     reports = {"html": report_html, "json": report_json}
+    # before the database is opened: its own descriptors are then not yet among /dev/fd/N
     _check_outputs({f"--report-{fmt}": path for fmt, path in reports.items()}, database_url_)
+    engine = _engine(database_url_)
+    _require_schema(engine)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
     config = NightlyConfig(
         fusers=tuple(fuser) if fuser else None,
@@ -1101,22 +1102,42 @@ def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:
     """``_check_output`` for each report path, and two rules across them: no report may be
     written over the SQLite database (or its journal files) — a typo such as ``-o adseg.db`` for
     ``adseg.json`` would replace every run and every ingested row with a report — and two
-    reports may not share one file (the second would silently replace the first)."""
-    taken: dict[str, str] = {}
+    reports may not share one file (the second would silently replace the first). Files are
+    compared by name and by identity (device and inode), so a descriptor (/dev/fd/3) or a hard
+    link that is the database is caught too."""
+    taken: dict[str | tuple[int, int], str] = {}
     database = sqlite_file(database_url(url_flag))
     if database is not None:
         real = os.path.realpath(database)
         for suffix in ("", *SQLITE_SIDE_FILES):
-            taken[real + suffix] = f"the database {database}{suffix}"
+            what = f"the database {database}{suffix}"
+            taken[real + suffix] = what
+            if (identity := _file_identity(Path(real + suffix))) is not None:
+                taken[identity] = what
     for option, path in paths.items():
         _check_output(path, option)
         if path is None:
             continue
         fd = _descriptor_of(path)
         real = os.path.realpath(path) if fd is None else f"file descriptor {fd}"
-        if real in taken:
-            raise CliError(f"{option} {path} is {taken[real]}; give the report another name")
+        identity = _file_identity(path)
+        for key in (real, identity):
+            if key is not None and key in taken:
+                raise CliError(f"{option} {path} is {taken[key]}; give the report another name")
         taken[real] = f"also given to {option}"
+        if identity is not None:
+            taken[identity] = f"also given to {option}"
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the regular file ``path`` names (an open descriptor's file for
+    /dev/fd/N), or None when there is none: a missing file, a terminal, a pipe."""
+    fd = _descriptor_of(path)
+    try:
+        st = os.fstat(fd) if fd is not None else os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _check_output(path: Path | None, option: str) -> None:

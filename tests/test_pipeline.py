@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import threading
@@ -684,6 +685,17 @@ def test_a_report_is_never_written_over_the_database_or_the_other_report(market_
     ):
         res = runner.invoke(app, [*args, "--database-url", url])
         assert res.exit_code == 2 and "is the database" in res.output, res.output
+    assert db.read_bytes() == before and len(store.list_runs(loaded)) == 1
+    # the database by another name: an open descriptor on it (nightly wrote the JSON into the
+    # file and exited 0, leaving it "malformed") and a hard link
+    os.link(db, tmp_path / "hard.db")
+    with open(db, "rb+") as handle:
+        for args in (
+            ["nightly", "-q", "--fuser", "l2", "--report-json", f"/dev/fd/{handle.fileno()}"],
+            ["report", "--output", str(tmp_path / "hard.db"), "--format", "json"],
+        ):
+            res = runner.invoke(app, [*args, "--database-url", url])
+            assert res.exit_code == 2 and "is the database" in res.output, res.output
     assert db.read_bytes() == before and len(store.list_runs(loaded)) == 1
     same = tmp_path / "r.out"
     args = ["nightly", "-q", "--fuser", "l2", "--report-json", str(same), "--report-html"]
