@@ -1183,15 +1183,16 @@ def _write_atomic(path: Path, text: str) -> None:
         raise  # the reader went away: a quiet 141, not an error naming a file
     except OSError as exc:  # /dev/full, a closed descriptor: name the path given
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    from adseg.tempfiles import create_beside
+
     given, path = path, Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     # a file rewritten keeps its permissions (a 0640 report stays 0640); its new text is never
     # readable by more users than the old file's while it is written
     mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else None
+    tmp = None
     try:
-        tmp.unlink(missing_ok=True)  # a leftover of a crash keeps its own mode
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600)
+        fd, tmp = create_beside(path, 0o666 if mode is None else 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             if mode is not None:
                 os.fchmod(fd, mode)
@@ -1200,7 +1201,8 @@ def _write_atomic(path: Path, text: str) -> None:
     except OSError as exc:  # name the file the user gave, not the temporary one
         raise OSError(exc.errno, exc.strerror, str(given)) from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 _STANDARD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}

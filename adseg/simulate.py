@@ -910,12 +910,15 @@ def _write_all_or_none(files: dict[Path, bytes]) -> None:
     truncated file that a later ingest, or `make demo`, would take for data), not a mix of old
     and new tables. A symbolic link is written through (its target is replaced)."""
     from adseg.interrupts import signals_deferred
+    from adseg.tempfiles import create_beside
 
     targets = {Path(os.path.realpath(path)): data for path, data in files.items()}
-    partial = {path: path.with_name(f".{path.name}.partial") for path in targets}
+    partial: dict[Path, Path] = {}
     try:
         for path, data in targets.items():
-            partial[path].write_bytes(data)
+            fd, partial[path] = create_beside(path)
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(data)
         with signals_deferred():
             for path, temporary in partial.items():
                 os.replace(temporary, path)

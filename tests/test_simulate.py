@@ -121,18 +121,20 @@ def test_a_write_that_fails_midway_leaves_the_folder_as_it_was(tmp_path, small, 
     """Ctrl-C during `sample generate` left a truncated auctions.csv.gz, which `make demo` then
     took for a marketplace on every later run; a stop while regenerating mixed old and new
     tables. Every file is now written under a temporary name and renamed at the end."""
+    from adseg import tempfiles
+
     old = _write_bytes(small, tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    real_write = Path.write_bytes
-    written = []
+    real_create = tempfiles.create_beside
+    created = []
 
-    def stopped_after_two_files(self, data):
-        if len(written) == 2:
+    def stopped_after_two_files(path, *args):
+        if len(created) == 2:
             raise KeyboardInterrupt
-        written.append(self.name)
-        return real_write(self, data)
+        created.append(path.name)
+        return real_create(path, *args)
 
-    monkeypatch.setattr(Path, "write_bytes", stopped_after_two_files)
+    monkeypatch.setattr(tempfiles, "create_beside", stopped_after_two_files)
     other = MarketplaceConfig(**{**SMALL.__dict__, "seed": SMALL.seed + 1})
     with pytest.raises(KeyboardInterrupt):
         write_marketplace(simulate_marketplace(other), tmp_path)
@@ -141,6 +143,21 @@ def test_a_write_that_fails_midway_leaves_the_folder_as_it_was(tmp_path, small, 
     files = {t: f"{t}.csv.gz" for t in ("advertisers", "auctions", "delivery")}
     files |= {"truth": "truth.csv", "config": "config.json"}
     assert {name: (tmp_path / file).read_bytes() for name, file in files.items()} == old
+
+
+def test_a_link_planted_under_a_temporary_name_is_not_written_through(tmp_path, small):
+    """The temporary names were predictable (.config.json.partial): a symbolic link planted
+    there in a shared folder had its target overwritten, and config.json became that link."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("data")
+    out = tmp_path / "market"
+    out.mkdir()
+    for name in ("config.json", "truth.csv", "advertisers.csv.gz"):
+        (out / f".{name}.partial").symlink_to(victim)
+        (out / f".{name}.tmp").symlink_to(victim)
+    paths = write_marketplace(small, out)
+    assert victim.read_text() == "data"
+    assert not any(path.is_symlink() for path in paths.values())
 
 
 def test_a_linked_marketplace_file_is_written_through(tmp_path, small):
