@@ -76,6 +76,12 @@ def database_url(flag: str | None = None) -> str:
         raise ValueError(
             f"database URL: adseg runs on {' and '.join(SUPPORTED_BACKENDS)}; got {backend!r}."
         )
+    refused = _REFUSED_QUERY_OPTIONS[backend] & {key.lower() for key in parsed.query}
+    if refused:
+        raise ValueError(
+            f"database URL: the query option {sorted(refused)[0]!r} is not supported here "
+            f"({_REFUSED_QUERY_OPTIONS_WHY[backend]})."
+        )
     file = sqlite_file(url)
     if file is not None and not file.parent.is_dir():
         raise ValueError(
@@ -83,6 +89,18 @@ def database_url(flag: str | None = None) -> str:
         )
     return url
 
+
+_REFUSED_QUERY_OPTIONS = {
+    "sqlite": frozenset({"uri"}),
+    "postgresql": frozenset({"row_factory", "cursor_factory", "prepare_threshold"}),
+}
+_REFUSED_QUERY_OPTIONS_WHY = {
+    # with uri=true SQLite opens another file than the path adseg checks (the query becomes part
+    # of its name), so the guards against a mistyped path or a report over the database fail
+    "sqlite": "give the SQLite file as sqlite:///path/to/file.db, without uri=true",
+    # psycopg's Python-level options: text from a URL crashes the driver with a TypeError
+    "postgresql": "it is a psycopg Python option, not a connection parameter",
+}
 
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
 """Suffixes of the files SQLite keeps beside a database file (rollback journal, WAL, its index)."""

@@ -125,6 +125,11 @@ def test_db_current_and_summary_quiet(tmp_path):
         ("mysql://bob:s3cret@dbhost/adseg", "adseg runs on sqlite and postgresql; got 'mysql'"),
         ("postgresql+pg8000://bob:s3cret@dbhost/adseg", "Python package 'pg8000'"),
         ("sqlite:////no/such/folder/adseg.db", "folder /no/such/folder does not exist"),
+        # SQLite then opened a file named "adseg.db?password=s3cret" (created, and listed)
+        ("sqlite:////tmp/adseg.db?uri=true&password=s3cret", "query option 'uri'"),
+        # psycopg's Python options crashed with a 140-line TypeError traceback, exit 1
+        ("postgresql+psycopg://bob:s3cret@h/db?row_factory=x", "query option 'row_factory'"),
+        ("postgresql+psycopg://bob:s3cret@h/db?prepare_threshold=x", "'prepare_threshold'"),
     ],
 )
 def test_bad_database_urls_are_usage_errors_without_the_password(url, message):
