@@ -154,11 +154,13 @@ def handle_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from sqlalchemy.exc import DatabaseError
-
-        from adseg.ingest import IngestError
-
         try:
+            # imported inside: a stop during these (slow, first) imports is a stop like any
+            # other, not a traceback; the stop clause comes first, before these names are needed
+            from sqlalchemy.exc import DatabaseError
+
+            from adseg.ingest import IngestError
+
             out = fn(*args, **kwargs)
             check_pending()  # a stop whose exception was lost still exits as stopped
             return out
@@ -280,6 +282,12 @@ def _database_failure(exc) -> tuple[str, int]:
     reason = reason.removeprefix("connection is bad: ")  # psycopg 3.3 wraps libpq's reason
     if reason.startswith(_BAD_OPTION):
         return message + " (check the query options of the database URL)", EXIT_BAD_INPUT
+    if reason in ("database is locked", "database table is locked"):  # SQLite, after 30 s
+        return (
+            message + " (another process holds the SQLite database's write lock, e.g. an ingest "
+            "or a nightly; retry when it has finished)",
+            EXIT_TEMPFAIL,
+        )
     if getattr(exc, "connection_invalidated", False):  # lost mid-session, often no SQLSTATE
         return message + " (the connection to the server was lost; retry later)", EXIT_TEMPFAIL
     state = getattr(orig, "sqlstate", None) or getattr(

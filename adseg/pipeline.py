@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 from adseg import __version__
 from adseg.consensus import FUSERS
 from adseg.forecast import ForecastResult, evaluate_sources
-from adseg.interrupts import TERMINATING, check_pending, error_text
+from adseg.interrupts import TERMINATING, check_pending, error_text, signals_deferred
 from adseg.metrics import ari
 from adseg.store import reads
 from adseg.store import results as store
@@ -591,19 +591,22 @@ def _locked_run(
     its ``failed_run_id``; the lock is released. If the run cannot be marked failed (the server
     went away), the lock is left naming the run, so that the next run takes it over and fails
     the run then. Raises store.RunLockedError before writing anything if the lock is held."""
-    holder = store.acquire_lock(engine, "nightly")
-    run_id = None
+    holder = run_id = None
     marked = True
     try:
-        run_id = store.create_run(
-            engine,
-            kind,
-            parameters=parameters,
-            seed=config.seed,
-            windows=windows.as_columns(),
-            code_version=__version__,
-        )
-        store.set_lock_run(engine, "nightly", holder, run_id)
+        # a stop signal waits until the lock is held and the run row exists and the lock names
+        # it (one transaction): between them it left a lock or a 'running' run nothing cleared
+        with signals_deferred():
+            holder = store.acquire_lock(engine, "nightly")
+            run_id = store.create_run(
+                engine,
+                kind,
+                parameters=parameters,
+                seed=config.seed,
+                windows=windows.as_columns(),
+                code_version=__version__,
+                lock=("nightly", holder),
+            )
         # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
         # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
         with threadpool_limits(limits=config.blas_threads):
@@ -621,7 +624,9 @@ def _locked_run(
             )
         raise
     finally:
-        if marked:
+        if holder is None:
+            pass  # the lock was never taken
+        elif marked:
             _cleanup(
                 "release the lock of run %s",
                 run_id,
@@ -784,8 +789,10 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
     run = store.get_run(engine, run_id)
     if run["status"] != "completed":
         raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
-    holder = store.acquire_lock(engine, "nightly")
+    holder = None
     try:
+        with signals_deferred():  # a stop between taking the lock and `try` leaked the lock
+            holder = store.acquire_lock(engine, "nightly")
         t0 = time.perf_counter()
         out, parameters, details = work(run)
         timings = dict(run["timings"])
@@ -793,7 +800,8 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
         store.set_timings(engine, run_id, timings, parameters)
         return out
     finally:
-        store.release_lock(engine, "nightly", holder)
+        if holder is not None:
+            store.release_lock(engine, "nightly", holder)
 
 
 def _run_windows(run: dict) -> Windows:

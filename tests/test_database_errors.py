@@ -131,6 +131,14 @@ def test_server_errors_exit_by_sqlstate(sqlstate, message, code, hint, capsys):
     assert hint in err
 
 
+def test_a_sqlite_database_another_process_holds_is_retry_later(capsys):
+    """It was exit 1, "database error: database is locked", with no hint, after the 30 s busy
+    timeout: the case exit 75 is for (and exit 1 claims a failed run)."""
+    exit_code, err = _exit(_db_error(sqlite3.OperationalError("database is locked")), capsys)
+    assert exit_code == 75, err
+    assert "another process holds the SQLite database's write lock" in err and "retry" in err
+
+
 @pytest.mark.parametrize(
     "fatal, code",
     [

@@ -101,3 +101,26 @@ def test_a_stop_sent_to_the_whole_process_group_while_fusing_ends_the_run(signum
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_stop_during_the_commands_first_imports_is_a_stop_not_a_traceback(monkeypatch, capsys):
+    """SIGTERM 0.8 s into a command landed in handle_errors' imports, before its `try`: a
+    50-line traceback and exit 1 instead of one line and 143."""
+    import builtins
+
+    import typer
+
+    from adseg.cli import handle_errors
+
+    real_import = builtins.__import__
+
+    def stopped_import(name, *args, **kwargs):
+        if name == "adseg.ingest":
+            raise Terminated(signal.SIGTERM)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", stopped_import)
+    with pytest.raises(typer.Exit) as caught:
+        handle_errors(lambda: None)()
+    assert caught.value.exit_code == 143
+    assert "stopped" in capsys.readouterr().err

@@ -1270,3 +1270,56 @@ def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir
     res = runner.invoke(app, ["runs", "--database-url", db_url])
     assert res.exit_code == 0, res.output
     assert "ValueError: bad [/x]" in res.output and "y…" in res.output
+
+
+def test_the_run_row_and_the_lock_naming_it_are_written_together(loaded, monkeypatch):
+    """A kill -9 between the run's insert and the lock's update (two transactions) left a
+    'running' run that no lock named: neither a takeover nor `adseg db unlock` failed it."""
+    holder = store.acquire_lock(loaded, "nightly")
+    run_id = store.create_run(
+        loaded,
+        "nightly",
+        parameters={},
+        seed=0,
+        windows={},
+        code_version="t",
+        lock=("nightly", holder),
+    )
+    assert store.lock_holder(loaded).run_id == run_id  # named in the same transaction
+    store.clear_lock(loaded, "nightly", force=True)  # as after that process died
+    assert store.get_run(loaded, run_id)["status"] == "failed"
+    # a lock this process no longer holds: no run row is left behind at all
+    with pytest.raises(store.RunLostError):
+        store.create_run(
+            loaded,
+            "nightly",
+            parameters={},
+            seed=0,
+            windows={},
+            code_version="t",
+            lock=("nightly", holder),
+        )
+    assert store.list_runs(loaded)["run_id"].tolist() == [run_id]
+
+
+def test_a_stop_while_the_lock_is_taken_waits_until_the_run_row_names_it(
+    loaded, market_dir, monkeypatch
+):
+    """SIGTERM landing between taking the lock, creating the run and naming it used to leak the
+    lock or leave a 'running' run; now it is delivered once both exist, and cleaned up."""
+    import signal
+
+    from adseg.interrupts import Terminated, signals_as_exceptions
+
+    real_create = store.create_run
+
+    def interrupted_create(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-way, held back until the run exists
+        return real_create(*args, **kwargs)
+
+    monkeypatch.setattr(store, "create_run", interrupted_create)
+    with signals_as_exceptions(), pytest.raises(Terminated):
+        pipeline.run_nightly(loaded, config=_config(market_dir))
+    runs = store.list_runs(loaded)
+    assert len(runs) == 1 and runs["status"].tolist() == ["failed"]
+    assert store.lock_holder(loaded) is None

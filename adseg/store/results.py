@@ -58,10 +58,14 @@ def create_run(
     seed: int | None,
     windows: dict,
     code_version: str,
+    lock: tuple[str, str] | None = None,
 ) -> int:
-    """Insert a 'running' run row in its own transaction; returns its id."""
+    """Insert a 'running' run row in its own transaction; returns its id. ``lock`` = (name,
+    holder): the lock this process holds names the run in the same transaction, so no process
+    can die between the two and leave a 'running' run that no lock names (neither a stale-lock
+    takeover nor `adseg db unlock` could then fail it)."""
     with engine.begin() as conn:
-        return conn.execute(
+        run_id = conn.execute(
             insert(Run)
             .values(
                 kind=kind,
@@ -75,6 +79,16 @@ def create_run(
             )
             .returning(Run.run_id)
         ).scalar_one()
+        if lock is not None:
+            name, holder = lock
+            named = conn.execute(
+                update(RunLock)
+                .where(RunLock.name == name, RunLock.holder == holder)
+                .values(run_id=run_id)
+            )
+            if named.rowcount != 1:  # rolled back with the run row
+                raise RunLostError(f"the {name} lock is no longer held by {holder}")
+        return run_id
 
 
 def set_timings(
@@ -228,15 +242,6 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
                 "(if that process is gone, `adseg db unlock` clears the lock)"
             ) from None
     raise RunLockedError(f"could not take the {name} lock")
-
-
-def set_lock_run(engine: Engine, name: str, holder: str, run_id: int) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            update(RunLock)
-            .where(RunLock.name == name, RunLock.holder == holder)
-            .values(run_id=run_id)
-        )
 
 
 def lock_holder(engine: Engine, name: str = "nightly") -> LockHolder | None:
