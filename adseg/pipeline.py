@@ -607,6 +607,8 @@ def _locked_run(
                 code_version=__version__,
                 lock=("nightly", holder),
             )
+        if orphans := store.fail_orphaned_runs(engine, exclude=run_id):
+            log.warning("marked failed the runs no process finishes: %s", orphans)
         # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
         # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
         with threadpool_limits(limits=config.blas_threads):

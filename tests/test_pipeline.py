@@ -1323,3 +1323,15 @@ def test_a_stop_while_the_lock_is_taken_waits_until_the_run_row_names_it(
     runs = store.list_runs(loaded)
     assert len(runs) == 1 and runs["status"].tolist() == ["failed"]
     assert store.lock_holder(loaded) is None
+
+
+def test_the_next_nightly_fails_a_running_run_that_no_lock_names(loaded, market_dir):
+    """What a process killed between the two old transactions left behind (or any version
+    before): a 'running' run for good. Under the lock, every other 'running' run is orphaned."""
+    orphan = store.create_run(
+        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
+    )
+    done = pipeline.run_nightly(loaded, config=_config(market_dir))
+    assert store.get_run(loaded, orphan)["status"] == "failed"
+    assert "no lock named the run" in store.get_run(loaded, orphan)["error"]
+    assert store.get_run(loaded, done.run_id)["status"] == "completed"
