@@ -1192,6 +1192,13 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]
 
 
+def _bare_run(engine, lock: tuple[str, str] | None = None) -> int:
+    """A 'running' run row with no parameters or windows (``lock``: as create_run's)."""
+    return store.create_run(
+        engine, "nightly", parameters={}, seed=0, windows={}, code_version="t", lock=lock
+    )
+
+
 def _leftover_lock(engine, holder: str) -> int:
     """A 'running' run and a nightly lock row naming ``holder``, as a killed process leaves
     them; returns the run's id."""
@@ -1201,9 +1208,7 @@ def _leftover_lock(engine, holder: str) -> int:
 
     from adseg.store.models import RunLock
 
-    run_id = store.create_run(
-        engine, "nightly", parameters={}, seed=0, windows={}, code_version="t"
-    )
+    run_id = _bare_run(engine)
     with engine.begin() as conn:
         conn.execute(
             insert(RunLock).values(
@@ -1276,29 +1281,13 @@ def test_the_run_row_and_the_lock_naming_it_are_written_together(loaded, monkeyp
     """A kill -9 between the run's insert and the lock's update (two transactions) left a
     'running' run that no lock named: neither a takeover nor `adseg db unlock` failed it."""
     holder = store.acquire_lock(loaded, "nightly")
-    run_id = store.create_run(
-        loaded,
-        "nightly",
-        parameters={},
-        seed=0,
-        windows={},
-        code_version="t",
-        lock=("nightly", holder),
-    )
+    run_id = _bare_run(loaded, lock=("nightly", holder))
     assert store.lock_holder(loaded).run_id == run_id  # named in the same transaction
     store.clear_lock(loaded, "nightly", force=True)  # as after that process died
     assert store.get_run(loaded, run_id)["status"] == "failed"
     # a lock this process no longer holds: no run row is left behind at all
     with pytest.raises(store.RunLostError):
-        store.create_run(
-            loaded,
-            "nightly",
-            parameters={},
-            seed=0,
-            windows={},
-            code_version="t",
-            lock=("nightly", holder),
-        )
+        _bare_run(loaded, lock=("nightly", holder))
     assert store.list_runs(loaded)["run_id"].tolist() == [run_id]
 
 
@@ -1328,9 +1317,7 @@ def test_a_stop_while_the_lock_is_taken_waits_until_the_run_row_names_it(
 def test_the_next_nightly_fails_a_running_run_that_no_lock_names(loaded, market_dir):
     """What a process killed between the two old transactions left behind (or any version
     before): a 'running' run for good. Under the lock, every other 'running' run is orphaned."""
-    orphan = store.create_run(
-        loaded, "nightly", parameters={}, seed=0, windows={}, code_version="t"
-    )
+    orphan = _bare_run(loaded)
     done = pipeline.run_nightly(loaded, config=_config(market_dir))
     assert store.get_run(loaded, orphan)["status"] == "failed"
     assert "no lock named the run" in store.get_run(loaded, orphan)["error"]
