@@ -112,11 +112,21 @@ SpendPrice = Annotated[
 ]
 
 
+RunSeed = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of every random step (default: the run's own seed).", min=0, max=2**32 - 1
+    ),
+]
+
+
 def _forecast_options(supply: str, supply_model: str, supply_engine: str, spend_price: str):
     """The forecast options checked at the door: CliError naming the option and its choices."""
+    from adseg.forecast import SUPPLY_MODELS
+
     for option, value, choices in (
         ("--supply", supply, ("actual", "forecast", "both")),
-        ("--supply-model", supply_model, ("ses", "mean", "seasonal_naive")),
+        ("--supply-model", supply_model, SUPPLY_MODELS),
         ("--supply-engine", supply_engine, ("numpy", "statsmodels")),
         ("--spend-price", spend_price, ("cost", "market")),
     ):
@@ -130,14 +140,6 @@ def _forecast_options(supply: str, supply_model: str, supply_engine: str, spend_
         "supply_engine": supply_engine,
         "spend_price": spend_price,
     }
-
-
-RunSeed = Annotated[
-    int | None,
-    typer.Option(
-        help="Seed of every random step (default: the run's own seed).", min=0, max=2**32 - 1
-    ),
-]
 
 
 class CliError(Exception):
