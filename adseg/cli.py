@@ -1,6 +1,7 @@
 """The ``adseg`` command line (Typer): argument parsing and printing only.
 
-Every command takes ``--database-url`` (or $ADSEG_DATABASE_URL) and ``--quiet``; bad input exits
+Every command that uses the database takes ``--database-url`` (or $ADSEG_DATABASE_URL), every
+command ``--quiet`` where it prints results; bad input exits
 non-zero with a one-line reason on standard error, and writes nothing.
 """
 
@@ -687,12 +688,19 @@ def nightly(
     fuser: Annotated[
         list[str] | None,
         typer.Option(
-            "--fuser", help="Fuser(s) to run (repeatable); default: every registered one."
+            "--fuser",
+            help="Fuser(s) to run (repeatable); default: every registered one, except lta and "
+            "trce above 2,000 advertisers (their cost grows about with n³).",
         ),
     ] = None,
     primary: Annotated[str, typer.Option(help="The fuser whose segments are the product.")] = "rcc",
     segments: Annotated[
-        int | None, typer.Option(help="Number of segments (default: from the KS views).", min=1)
+        int | None,
+        typer.Option(
+            help="Number of segments (default: the median cluster count of the KS views; of "
+            "the text view when both KS views are skipped).",
+            min=1,
+        ),
     ] = None,
     supply: Supply = "both",
     supply_model: SupplyModel = "ses",
@@ -955,7 +963,12 @@ def segment_command(
         int, typer.Option("--run", help="Run whose base clusterings to fuse.", **RUN_ID)
     ],
     fuser: Annotated[
-        list[str] | None, typer.Option("--fuser", help="Fuser(s) (repeatable; default all).")
+        list[str] | None,
+        typer.Option(
+            "--fuser",
+            help="Fuser(s) (repeatable); default: every registered one, except lta and trce "
+            "above 2,000 advertisers.",
+        ),
     ] = None,
     segments: Annotated[int | None, typer.Option(help="Number of segments.", min=1)] = None,
     seed: RunSeed = None,

@@ -4,7 +4,6 @@ Precedence: command-line flag > environment variable > default.
 * ``ADSEG_DATABASE_URL`` / ``--database-url``: a SQLAlchemy URL, SQLite or PostgreSQL.
   Default: a SQLite file ``adseg.db`` in the current working directory (embedded, zero set-up).
   PostgreSQL: ``postgresql+psycopg://user:password@host:5432/dbname``.
-* ``ADSEG_DATA_DIR``: where generated marketplaces go (default ``./data``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from sqlalchemy.exc import ArgumentError
 
 DEFAULT_DATABASE_URL = "sqlite:///adseg.db"
 ENV_DATABASE_URL = "ADSEG_DATABASE_URL"
-ENV_DATA_DIR = "ADSEG_DATA_DIR"
 
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -209,8 +207,3 @@ def _mask_query(url: str) -> str:
             pair = MASK
         pairs.append(pair)
     return base + sep + "&".join(pairs)
-
-
-def data_dir() -> Path:
-    """Folder for generated data (default ./data)."""
-    return Path(os.environ.get(ENV_DATA_DIR, "data"))

@@ -47,7 +47,7 @@ SLOW_FIRST = ("lta", "rcc", "trce", "sccbg", "rcec", "l2")
 DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000}
 """Above this many advertisers the *default* fuser set leaves these fusers out: their cost grows
 about with the cube of n (benchmarks/results/nightly_5000.md: at 5,000 advertisers trce took
-268 s and lta had not finished after 31 CPU minutes, against 38 s and 4 s at 1,268). Naming
+268 s and lta had not finished after 31 CPU minutes, against 4.2 s and 38 s at 1,268). Naming
 them (``--fuser lta``) runs them at any size; the primary fuser is never left out."""
 
 Progress = Callable[[str], None]
@@ -83,9 +83,9 @@ class Windows:
 class NightlyConfig:
     """Everything a run is parameterised by (recorded in the run row)."""
 
-    fusers: tuple[str, ...] | None = None  # None = every registered fuser
+    fusers: tuple[str, ...] | None = None  # None = the default set (fusers_for_size)
     primary_fuser: str = PRIMARY_FUSER
-    n_segments: int | None = None  # None = median cluster count of the KS views
+    n_segments: int | None = None  # None = from the views' cluster counts (choose_n_segments)
     seed: int = 0
     supply: str = "both"
     supply_model: str = "ses"  # forecast supply: "ses", "mean" or "seasonal_naive"

@@ -16,16 +16,14 @@ Segmentation", Eqs. 40–42):
 
 Normalised cut. With A the graph's adjacency and D its degrees, N = D^-1/2 A D^-1/2; the top
 eigenvectors of N are the bottom ones of the normalised Laplacian L = I − N. The number of
-clusters is ``n_clusters`` when given, else the eigengap: the k in ``k_range`` maximising
-λ_k − λ_{k+1} (λ the eigenvalues of N, largest first). The embedding is discretised by
-``adseg.consensus.assign_labels`` (k-means on row-normalised eigenvectors, or cluster-QR).
-The number of clusters is by default the Bethe-Hessian estimate (the count of its negative
-eigenvalues; Saade, Krzakala & Zdeborová 2014), clipped to ``k_range``; "eigengap" and
-"modularity" are the alternatives. Nodes linked to nobody (significantly different from every
-other advertiser) become singleton clusters, and the cut runs on the rest; separate components are
-separate clusters whenever k_range allows it. When a fixed ``n_clusters`` is below the number of
-components, the embedding spans the whole (degenerate) eigenvalue-1 space, so k-means merges
-whole components and never splits one.
+clusters is ``n_clusters`` when given, else estimated: by default the Bethe-Hessian estimate
+(the count of its negative eigenvalues; Saade, Krzakala & Zdeborová 2014), clipped to
+``k_range``; "eigengap" (the k in ``k_range`` maximising λ_k − λ_{k+1}, λ the eigenvalues of N,
+largest first) and "modularity" are the alternatives. Nodes linked to nobody (significantly
+different from every other advertiser) become singleton clusters, and the cut runs on the rest;
+separate components are separate clusters whenever k_range allows it. When a fixed
+``n_clusters`` is below the number of components, the embedding spans the whole (degenerate)
+eigenvalue-1 space, so k-means merges whole components and never splits one.
 
 Choice of k, and the paper. The issue suggests the eigengap. Measured on the simulated marketplace
 (1,268 advertisers, 40 true segments, median 52 samples), the eigengap picks few clusters (3–12
@@ -110,8 +108,8 @@ class ViewConfig:
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
     blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
         the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS
-        spin-waits in the partial eigendecompositions and k-means and the views took 82 s instead
-        of 6 s for 1,268 advertisers (benchmarks/results/ks_timing.md).
+        spin-waits in the partial eigendecompositions and k-means and the views took 93.5 s
+        instead of 6.7 s for 1,268 advertisers (benchmarks/results/ks_timing.md).
     """
 
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)

@@ -9,7 +9,8 @@
 #
 # Exit codes a scheduler can act on: 0 done; 1 the run failed (its run row says why: `adseg runs`);
 # 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder);
-# 75 another nightly holds the lock, or the database server cannot be reached (retry);
+# 75 another nightly holds the lock, the SQLite database is locked by another writer, or the
+#    database server cannot be reached (retry);
 # 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (the run is marked failed, lock released).
 set -uo pipefail
 # Each step runs in the background so that a SIGINT / SIGTERM / SIGHUP to this script (a
