@@ -255,3 +255,26 @@ def test_property_matches_scipy(samples):
         assert np.array_equal(ks_statistic_matrix(samples), scipy_matrix(samples))
     finally:
         landscape._SCREEN_MIN_WORK = old
+
+
+def test_column_blocks_are_as_wide_as_their_own_tables_allow():
+    """Blocks were sized by the pooled distinct count: ~14 columns on unrounded prices (every
+    value distinct), and the scan went super-quadratic. Now by each block's own samples."""
+    from adseg.landscape import _column_blocks
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 1000, 500)
+    for n_distinct, budget, cap in (
+        (int(sizes.sum()), 4e6, 10_000),
+        (900, 4e6, 10_000),
+        (10**6, 10, 7),
+    ):
+        blocks = _column_blocks(sizes, n_distinct, budget, cap)
+        assert blocks[0][0] == 0 and blocks[-1][1] == sizes.size
+        assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+        for j0, j1 in blocks:
+            table = (min(n_distinct, int(sizes[j0:j1].sum())) + 1) * (j1 - j0)
+            assert j1 - j0 <= cap and (table <= budget or j1 - j0 == 1)
+    # unrounded prices: blocks about sqrt(budget / mean size) wide, not budget / all values
+    widths = [j1 - j0 for j0, j1 in _column_blocks(sizes, int(sizes.sum()), 4e6, 10_000)]
+    assert np.median(widths) > 4e6 / sizes.sum() * 5
