@@ -36,8 +36,9 @@ default "bethe_hessian"; a fixed ``n_clusters`` is the other option. The paper's
 splits more); the spec's S_ij = 1[dist ≤ C_α] is kept as written
 (benchmarks/results/ks_timing.md has the numbers).
 
-Memory: per KS view, the n_v × n_v distance matrix (n_v = advertisers with enough samples), one
-n_v × n_v adjacency and one normalised copy, float64 (n_v = 5,000 → 200 MB each). Time: the KS
+Memory: per KS view (n_v = advertisers with enough samples), about 5 n_v × n_v float64 arrays at
+peak: the distance matrix, the adjacency of one α and the normalised cut's 3 (tracemalloc,
+2026-11-24: 5.0 at n_v = 2,000; n_v = 5,000 → 200 MB each, about 1 GB). Time: the KS
 matrix (see adseg.landscape) plus a partial eigendecomposition per α (LAPACK subset solver up to
 n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
 """
@@ -225,8 +226,11 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         (each is a singleton cluster; the cut, and n_clusters, apply to the other nodes).
     modularity_ : Newman's modularity of labels_ on the graph.
 
-    Cost: one dense n×n normalised copy of the affinity and a partial eigendecomposition
-    (k_max + 1 pairs); O(n² k_max) time for n ≤ 2,000, Lanczos above.
+    Cost: a partial eigendecomposition (k_max + 1 pairs), O(n² k_max) time for n ≤ 2,000,
+    Lanczos above, plus the Bethe Hessian's O(n³/3) LDLᵀ. Memory besides the caller's affinity
+    (read, not copied): about 3 n×n float64 arrays at peak — the normalised copy, the Bethe
+    Hessian factorised in place, the eigensolver's work copy (tracemalloc, 2026-11-24: 3.0 at
+    n = 2,000) — and one more, the linked nodes' subgraph, when some nodes are isolated.
     """
 
     def __init__(
@@ -270,7 +274,8 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
             labels[core] = 0
             labels[isolated] = 1 + np.arange(self.n_isolated_)
         elif core.size >= 2:
-            core_labels = self._cut(a[np.ix_(core, core)], k_min, k_max)
+            sub = a if core.size == n else a[np.ix_(core, core)]  # a copy only when needed
+            core_labels = self._cut(sub, k_min, k_max)
             labels[core] = core_labels
             # nodes linked to nobody are significantly different from every other: singletons
             labels[isolated] = core_labels.max() + 1 + np.arange(self.n_isolated_)
@@ -336,8 +341,9 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     """Number of negative eigenvalues of the Bethe Hessian H(r) = (r² − 1) I − r A + D of a graph
     (self-loops of A ignored), r = sqrt(<d²>/<d> − 1): the estimate of the number of communities of
     Saade, Krzakala & Zdeborová (NeurIPS 2014), degree-corrected choice of r. Counted by Sylvester
-    inertia of an LDLᵀ factorisation (O(n³/3), one n×n copy), not by an eigendecomposition.
-    A graph without edges has n communities."""
+    inertia of an LDLᵀ factorisation (O(n³/3)), not by an eigendecomposition. Memory: one n×n
+    array (H, factorised in place by LAPACK's dsytrf; scipy.linalg.ldl would add a dense n×n D
+    and copies: 4 n×n arrays measured). A graph without edges has n communities."""
     n = adjacency.shape[0]
     degree = adjacency.sum(axis=1) - np.diag(adjacency)  # self-loops are not edges here
     if degree.sum() == 0:
@@ -346,9 +352,21 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     r = np.sqrt(max(zeta, 1.0 + 1e-6))  # r > 1 keeps (r² − 1) I positive off the communities
     h = adjacency * (-r)
     h[np.diag_indices(n)] = r * r - 1.0 + degree
-    _, d, _ = scipy.linalg.ldl(h, lower=True, overwrite_a=True)
-    # d is block diagonal with 1×1 and 2×2 blocks, so a symmetric tridiagonal matrix
-    values = scipy.linalg.eigvalsh_tridiagonal(np.diag(d).copy(), np.diag(d, -1).copy())
+    # h is symmetric, so its transpose view is the Fortran-ordered matrix LAPACK factorises in
+    # place (no copy); D of H = L D Lᵀ sits on the diagonal and, for 2×2 blocks, the subdiagonal
+    ldu, ipiv, info = scipy.linalg.lapack.dsytrf(h.T, lower=1, overwrite_a=1)
+    if info < 0:  # pragma: no cover - an argument error, not a property of the graph
+        raise RuntimeError(f"LAPACK dsytrf: argument {-info} is invalid")
+    diagonal = np.diag(ldu).copy()
+    off = np.zeros(max(n - 1, 0))
+    k = 0
+    while k < n:  # loop over D's blocks (1×1 or 2×2): O(n), beside the O(n³) factorisation
+        if ipiv[k] > 0:
+            k += 1
+        else:  # a 2×2 block at (k, k+1); LAPACK marks it with ipiv[k] = ipiv[k+1] < 0
+            off[k] = ldu[k + 1, k]
+            k += 2
+    values = scipy.linalg.eigvalsh_tridiagonal(diagonal, off)
     return int((values < 0).sum())
 
 
@@ -650,14 +668,18 @@ def _n_distinct_rows(x) -> int:
 
 
 def _check_affinity(affinity) -> np.ndarray:
-    a = affinity.toarray() if sp.issparse(affinity) else np.array(affinity, dtype=np.float64)
+    """The affinity as a float64 array, the caller's own when it is one (it is only read: no
+    n×n copy); the symmetry check runs by row blocks (no n×n temporaries)."""
+    a = affinity.toarray() if sp.issparse(affinity) else affinity
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
         raise ValueError(f"affinity must be a non-empty square matrix; got shape {a.shape}.")
     if not np.all(np.isfinite(a)) or np.any(a < 0):
         raise ValueError("affinity must be finite and non-negative.")
-    if not np.allclose(a, a.T, rtol=0, atol=1e-12):
-        raise ValueError("affinity must be symmetric.")
+    rows = max(1, 2**20 // a.shape[0])
+    for i0 in range(0, a.shape[0], rows):  # loop over row blocks
+        if np.abs(a[i0 : i0 + rows] - a[:, i0 : i0 + rows].T).max() > 1e-12:
+            raise ValueError("affinity must be symmetric.")
     return a
 
 

@@ -339,3 +339,27 @@ def test_simulated_marketplace_views_beat_chance():
     )
     ok = auto.labels[:, 5] >= 0
     assert ari(y[ok], auto.labels[ok, 5]) > 0.1
+
+
+def test_bethe_hessian_count_equals_the_negative_eigenvalues_of_h():
+    """The inertia from LAPACK's in-place LDLᵀ (one n×n array; scipy.linalg.ldl held four)
+    equals a full eigendecomposition's count, 2×2 pivot blocks included."""
+    from adseg.views import _bethe_hessian_count
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n, k = int(rng.integers(2, 120)), int(rng.integers(1, 8))
+        group = rng.integers(0, k, n)
+        p = np.where(group[:, None] == group[None, :], rng.uniform(0.05, 0.9), rng.uniform(0, 0.3))
+        a = np.triu((rng.random((n, n)) < p).astype(float), 1)
+        a += a.T
+        if rng.random() < 0.3:
+            a[np.diag_indices(n)] = 1.0  # self-loops are not edges here
+        degree = a.sum(axis=1) - np.diag(a)
+        if degree.sum() == 0:
+            assert _bethe_hessian_count(a) == n
+            continue
+        r = np.sqrt(max((degree**2).mean() / degree.mean() - 1.0, 1.0 + 1e-6))
+        h = -r * a
+        h[np.diag_indices(n)] = r * r - 1.0 + degree
+        assert _bethe_hessian_count(a) == int((np.linalg.eigvalsh(h) < 0).sum())
