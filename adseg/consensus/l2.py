@@ -16,8 +16,8 @@
   not a fuser we would recommend (it costs O(n² K) per k-means iteration and ignores the low-rank
   structure that L2CC and RCC exploit).
 
-Memory: both hold one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus the
-transient sparse product inside ``co_association``.
+Memory: both hold one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus
+the work copies of their solvers (see each class).
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ class L2CC(BaseFuser):
     eigenvalues_ : (K,) float64, diag(D): the K largest eigenvalues of M̃ clipped at 0.
     n_clusters_found_ : int, number of non-empty clusters in ``labels_``.
 
-    Cost: O(n² m̄) to build M̃ (sparse product) plus a partial symmetric eigensolver (LAPACK subset
-    for n ≤ 2,000, Lanczos above), O(n² K) per Lanczos sweep. Memory: one dense n×n array (M̃).
+    Cost: O(n² m̄) to build M̃ plus a partial symmetric eigensolver (LAPACK subset for n ≤ 2,000,
+    Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n) and, for n ≤ 2,000, LAPACK's
+    work copy of it (tracemalloc, 2026-11-24: 2.0 n×n at n = 2,000, 1.06 at n = 4,000); with
+    missing labels co_association briefly holds one more (2.3).
     """
 
     def __init__(

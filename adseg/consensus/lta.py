@@ -54,7 +54,8 @@ labelled in no clustering has an all-zero row in A and no coherent link.
 
 Cost (n items, m clusterings, g cells, T iterations, typically 120–250):
 * ``"frontal"``: O(n m log n + g² Σk) to build; O(T g³) time; memory about 17 (g+1)×g float64
-  arrays during the solve (A, Ω, P1, P2, E, B, C, Λ1–3, two work arrays, the SVT's temporaries),
+  arrays during the solve (A, Ω, P1, P2, E, B, C, Λ1–3, two work arrays, the SVT's temporaries;
+  21–22 at the peak, tracemalloc 2026-11-24, g = 783 and 1,403),
   then the n×n P2 (``similarity_``) and the n×n work of the final clustering (SC: the n×n
   normalised matrix; EA: the n(n−1)/2 condensed distances).
 * ``"sample"``: O(T n² log n) time; memory about 16 n×n float64-sized arrays at the peak (A, P1,

@@ -48,14 +48,15 @@ solver therefore runs on g×g arrays; the l1 objective and the Frobenius norms a
 c_a c_b. The iterates are those of the n×n algorithm to round-off (tested against a plain n×n
 implementation). g ≤ n; g = 3,049 of 5,000 on pool_mnist with 20 clusterings, g = 6 on iris.
 
-Numerics and memory. Exactly four dense g×g float64 arrays are held during ``fit``: M̃, E, Λ and
-one work array W (holding L = HDHᵀ, then B, then S). g = 5,000 → 4 × 200 MB = 800 MB; g = 10,000
-→ 3.2 GB. Every update is done in place, row block by row block (blocks of ~2 MB), so the
-temporaries are O(g) rows, not g×g. L is written from its factor one block pair at a time and
-mirrored, so L — and therefore E, Λ and B, which are element-wise functions of symmetric arrays —
-are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never forms the V
-connectivity matrices (M̃ comes from one sparse product, see ``co_association``). ``embedding_``
-(n×K) and the optional ``error_`` (n×n) are expanded from the cells at the end.
+Numerics and memory. Four dense g×g float64 arrays are held during ``fit``: M̃, E, Λ and one work
+array W (holding L = HDHᵀ, then B, then S); for g ≤ 1,000 the dense eigensolver adds its own copy
+while it runs (tracemalloc, 2026-11-24: 5.3 g×g at g = 783, 4.1–4.4 above). g = 5,000 → 4 × 200 MB
+= 800 MB; g = 10,000 → 3.2 GB. Every update is done in place, row block by row block (blocks of ~2
+MB), so the temporaries are O(g) rows, not g×g. L is written from its factor one block pair at a
+time and mirrored, so L — and therefore E, Λ and B, which are element-wise functions of symmetric
+arrays — are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never forms the
+V connectivity matrices (M̃ comes from the incidence matrix, see ``co_association``).
+``embedding_`` (n×K) and the optional ``error_`` (n×n) are expanded from the cells at the end.
 
 Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
 (O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = block subspace

@@ -46,7 +46,8 @@ number of segments it asked for. ``labels_path_`` records which path produced th
 Cost per iteration: O(n² (Σ_k c_k + c)) time (two n×n×Σc_k products, O(n²) vectorised Newton and
 projection passes) plus the eigensolver (dense subset solver O(n³), fast in practice for
 n ≲ 5000). Memory: about seven dense float64 n×n arrays at once (M/H, G, B, log B, A, L and a
-temporary): n = 2,340 → 0.3 GB; n = 10,000 → 5.6 GB.
+temporary) and up to 10 at the peak with the eigensolver's copies (tracemalloc, 2026-11-24:
+8.5–10.1 at n = 500–2,000): n = 2,340 → 0.4 GB; n = 10,000 → 8 GB.
 """
 
 from __future__ import annotations
