@@ -31,16 +31,19 @@ cross-check and for benchmarks.
 
 Memory. Besides the n×n float64 result (symmetrised in place, by blocks), the "points"
 method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G,
-samples in the block), plus its int64 counts of the same size: together ≤ ``memory_mb`` by the
-choice of b_col (also b_col ≤ chunk_elements / 64); a few O(N) arrays of the pooled samples
+samples in the block), plus its int64 counts of the same size: together ≤ ``memory_mb`` and ≤
+64 MB by the choice of each block's width (also ≤ chunk_elements / 64); with the float32 screen
+(precision="auto" on large inputs) the float32 result and its float64 copy coexist for a moment
+(1.5 n×n float64); a few O(N) arrays of the pooled samples
 (N = Σ_i m_i: values, owners, sort order; ≈ 40 N bytes) and O(P) point arrays (P = Σ_i |U_i|);
 and one working chunk of about ``chunk_elements`` float64 (default 2¹⁸ = 2 MiB, sized for the L2
 cache). Never an n × n × G array.
 
 Speed. Per column block, each sample's points are cut into pieces, padded to a few length classes
 (≤ 19% padding, by repeating the last point) and batched as (pieces, length, b_col) arrays, so the
-inner work is one gather, one subtract and one max over an axis: about 3 ns per point × column on
-this project's (shared, 2-core) machine. See benchmarks/results/ks_timing.md.
+inner work is one gather, one subtract and one max over an axis: about 2–4 ns per point × column
+on this project's (shared, 2-core) machine, the more the less the prices are rounded. See
+benchmarks/results/ks_timing.md.
 
 Empty samples get NaN in their row and column of both matrices (diagonal included): the KS
 statistic is undefined for them. ``on_empty="raise"`` turns that into an error instead.
