@@ -176,8 +176,8 @@ def render(frame: pd.DataFrame, argv: str) -> str:
             " = the fit's own allocations (numpy arrays); `maxrss` = the whole child process."
             " `nxn_array_mib` = one dense n×n float64 array: l2 holds one; rcc works on the g ="
             " `n_cells` distinct label rows and holds four g×g arrays (M̃, E, Λ, W) plus the"
-            " transient sparse product of `co_association` (before the cell reduction of"
-            " 2026-11-21 it held four n×n arrays).",
+            " n×n co-association it reduces (before the cell reduction of 2026-11-21 it held"
+            " four n×n arrays).",
             "",
             *lines,
             "",
