@@ -50,6 +50,20 @@ def write_results(path: Path, generated: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def recorded_command(script: str, args: Sequence[str]) -> str:
+    """The command line that reproduces this run, as the results files record it: the BLAS
+    thread setting and the niceness this process actually ran with (not an assumed
+    ``nice -n 10``), then ``.venv/bin/python benchmarks/<script> <args>`` (shell-quoted)."""
+    import shlex
+
+    threads = os.environ.get("OPENBLAS_NUM_THREADS")
+    niceness = os.nice(0)
+    parts = [f"OPENBLAS_NUM_THREADS={threads}"] if threads else []
+    parts += [f"nice -n {niceness}"] if niceness else []
+    parts += [f".venv/bin/python benchmarks/{script}", shlex.join(args)]
+    return " ".join(p for p in parts if p)
+
+
 def machine_summary() -> str:
     """One line naming the machine a benchmark ran on: platform, CPUs, memory, Python, and the
     1/5/15-minute load averages at the call (the machines here are shared; timings need it)."""

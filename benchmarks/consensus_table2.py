@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adseg.bench import Ensemble, _scores, machine_summary, write_results  # noqa: E402
+from adseg.bench import (  # noqa: E402
+    Ensemble,
+    _scores,
+    machine_summary,
+    recorded_command,
+    write_results,
+)
 from adseg.bench_table2 import (  # noqa: E402
     PAPER_COLUMNS,
     PAPER_TABLE2,
@@ -264,13 +269,7 @@ def main() -> None:
     if unknown:
         print(f"note: {unknown} are not in the paper's Table 2", file=sys.stderr)
 
-    threads = os.environ.get("OPENBLAS_NUM_THREADS")
-    prefix = f"OPENBLAS_NUM_THREADS={threads} " if threads else ""
-    command = (
-        prefix
-        + "nice -n 10 .venv/bin/python benchmarks/consensus_table2.py "
-        + shlex.join(sys.argv[1:])
-    )
+    command = recorded_command("consensus_table2.py", sys.argv[1:])
     csv_path = args.output.with_suffix(".csv")
     if args.merge:
         frame = pd.concat([pd.read_csv(p) for p in args.merge], ignore_index=True)

@@ -181,9 +181,9 @@ def main(argv=None) -> None:
 
 
 def write_report(rows, args, sizes) -> None:
-    from adseg.bench import machine_summary, write_results
+    from adseg.bench import machine_summary, recorded_command, write_results
 
-    cmd = "nice -n 10 .venv/bin/python benchmarks/lta_scaling.py " + " ".join(sys.argv[1:]).strip()
+    cmd = recorded_command("lta_scaling.py", sys.argv[1:])
     lines = [
         "# LTA: time and peak memory against n",
         "",

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
-from adseg.bench import write_results  # noqa: E402
+from adseg.bench import recorded_command, write_results  # noqa: E402
 
 
 def child(method: str, n: int, n_cols: int, seed: int, params: dict) -> dict:
@@ -128,11 +128,11 @@ def main() -> None:
         frame = pd.concat([old, frame], ignore_index=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(csv, index=False)
-    write_results(args.output, render(frame, " ".join(sys.argv[1:])))
+    write_results(args.output, render(frame, sys.argv[1:]))
     print(f"wrote {args.output}")
 
 
-def render(frame: pd.DataFrame, argv: str) -> str:
+def render(frame: pd.DataFrame, argv: list[str]) -> str:
     cols = [
         "method",
         "params",
@@ -163,8 +163,6 @@ def render(frame: pd.DataFrame, argv: str) -> str:
                 cells.append("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     mem = subprocess.run("free -g | sed -n 2p", shell=True, capture_output=True, text=True).stdout
-    threads = os.environ.get("OPENBLAS_NUM_THREADS")
-    prefix = f"OPENBLAS_NUM_THREADS={threads} " if threads else ""
     host = f"{platform.platform()}, nproc {os.cpu_count()}"
     return "\n".join(
         [
@@ -181,7 +179,7 @@ def render(frame: pd.DataFrame, argv: str) -> str:
             "",
             *lines,
             "",
-            f"Last command: `{prefix}nice -n 10 .venv/bin/python benchmarks/rcc_scaling.py {argv}`",
+            f"Last command: `{recorded_command('rcc_scaling.py', argv)}`",
             "",
             f"Machine: {host}, memory (free -g): {mem.strip()}",
             "The machine is shared by ~8 engineers; the load average beside each row says how busy"

@@ -41,7 +41,13 @@ from sklearn.feature_extraction.text import TfidfTransformer  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 from sklearn.preprocessing import normalize  # noqa: E402
 
-from adseg.bench import Ensemble, kmeans_ensembles, pool_ensembles, write_results  # noqa: E402
+from adseg.bench import (  # noqa: E402
+    Ensemble,
+    kmeans_ensembles,
+    pool_ensembles,
+    recorded_command,
+    write_results,
+)
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus.sccbg import SCCBG, anmi, gamma_choice_key  # noqa: E402
 from adseg.datasets import load_dataset  # noqa: E402
@@ -372,7 +378,7 @@ def main(argv=None) -> None:
     reps = args.reps or (2 if args.quick else 10)
     results = {}
     t0 = time.perf_counter()
-    command = "nice -n 10 .venv/bin/python benchmarks/sccbg_paper.py " + " ".join(sys.argv[1:])
+    command = recorded_command("sccbg_paper.py", sys.argv[1:])
 
     def log(msg):
         print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
@@ -398,7 +404,7 @@ def main(argv=None) -> None:
             part.write_text(json.dumps(results[name], default=_json_default))
         if results[name]["command"] not in commands:
             commands.append(results[name]["command"])
-    assembled = "nice -n 10 .venv/bin/python benchmarks/sccbg_paper.py " + " ".join(sys.argv[1:])
+    assembled = recorded_command("sccbg_paper.py", sys.argv[1:])
     if assembled.strip() not in commands:
         commands.append(assembled.strip() + "  (assembles the stored per-data-set results)")
     command = " && ".join(commands)

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "sccbg_scaling.md"
 
-from adseg.bench import write_results  # noqa: E402
+from adseg.bench import recorded_command, write_results  # noqa: E402
 
 CACHE = Path("/tmp/adseg_sccbg_cache")
 SEED = 0
@@ -210,7 +210,7 @@ def write_report(args, series_a, series_b, series_c, pending) -> None:
         for a, b in zip(b_off[:-1], b_off[1:], strict=True)
     ]
     mem = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout.strip()
-    command = "nice -n 10 .venv/bin/python benchmarks/sccbg_scaling.py " + " ".join(sys.argv[1:])
+    command = recorded_command("sccbg_scaling.py", sys.argv[1:])
     out = [
         "# SCCBG (SPCC) scaling: time and peak memory vs number of items",
         "",

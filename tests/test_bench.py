@@ -131,3 +131,18 @@ def test_write_results_without_a_hand_written_section_replaces_the_file(tmp_path
     path.write_text("# T\n\n## Runs\n\nold\n")
     write_results(path, "# T\n\n## Runs\n\nnew")
     assert path.read_text() == "# T\n\n## Runs\n\nnew\n"
+
+
+def test_the_recorded_command_is_the_one_that_ran(monkeypatch):
+    """The scripts wrote "nice -n 10" into every results file, whether or not the run was
+    niced; the command now says what the process ran with."""
+    import os
+
+    from adseg.bench import recorded_command
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    niceness = os.nice(0)
+    command = recorded_command("rcc_scaling.py", ["--sizes", "1000", "a b"])
+    nice = f"nice -n {niceness} " if niceness else ""
+    expected = f"OPENBLAS_NUM_THREADS=1 {nice}.venv/bin/python benchmarks/rcc_scaling.py"
+    assert command == f"{expected} --sizes 1000 'a b'"
