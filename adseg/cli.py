@@ -121,26 +121,19 @@ RunSeed = Annotated[
 ]
 
 
-def _forecast_options(supply: str, supply_model: str, supply_engine: str, spend_price: str):
-    """The forecast options checked at the door: CliError naming the option and its choices."""
-    from adseg.forecast import SUPPLY_MODELS
+def _forecast_options(**options: str) -> dict[str, str]:
+    """``options`` (names of :data:`adseg.forecast.FORECAST_CHOICES`) checked at the door, before
+    a run is made: CliError naming the option (``--supply-model``) and its choices."""
+    from adseg.forecast import FORECAST_CHOICES
 
-    for option, value, choices in (
-        ("--supply", supply, ("actual", "forecast", "both")),
-        ("--supply-model", supply_model, SUPPLY_MODELS),
-        ("--supply-engine", supply_engine, ("numpy", "statsmodels")),
-        ("--spend-price", spend_price, ("cost", "market")),
-    ):
+    for name, value in options.items():
+        choices = FORECAST_CHOICES[name]
         if value not in choices:
             raise CliError(
-                f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}; got {value!r}"
+                f"--{name.replace('_', '-')} must be {', '.join(choices[:-1])} or "
+                f"{choices[-1]}; got {value!r}"
             )
-    return {
-        "supply": supply,
-        "supply_model": supply_model,
-        "supply_engine": supply_engine,
-        "spend_price": spend_price,
-    }
+    return options
 
 
 class CliError(Exception):
@@ -736,7 +729,12 @@ def nightly(
     from adseg.store.results import RunLockedError
 
     _setup_logging(quiet, verbose)
-    forecast_options = _forecast_options(supply, supply_model, supply_engine, spend_price)
+    forecast_options = _forecast_options(
+        supply=supply,
+        supply_model=supply_model,
+        supply_engine=supply_engine,
+        spend_price=spend_price,
+    )
     reports = {"html": report_html, "json": report_json}
     # before the database is opened: its own descriptors are then not yet among /dev/fd/N
     _check_outputs({f"--report-{fmt}": path for fmt, path in reports.items()}, database_url_)
@@ -1045,7 +1043,12 @@ def forecast_command(
     from adseg.pipeline import NightlyConfig, run_forecast
     from adseg.store.results import RunLockedError, RunNotFoundError
 
-    forecast_options = _forecast_options(supply, supply_model, supply_engine, spend_price)
+    forecast_options = _forecast_options(
+        supply=supply,
+        supply_model=supply_model,
+        supply_engine=supply_engine,
+        spend_price=spend_price,
+    )
     engine = _engine(database_url_)
     _require_schema(engine)
     config = NightlyConfig(seed=_run_seed(engine, run, seed), **forecast_options)

@@ -711,10 +711,7 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     _check_int(n_refine, "n_refine", 0)
     n_grid, n_refine = int(n_grid), int(n_refine)
     n = y.shape[0]
-    obs = np.isfinite(y)
-    has = obs.any(axis=1)
-    first_idx = np.argmax(obs, axis=1)
-    first = np.where(has, y[np.arange(n), first_idx], 0.0)
+    has, first = _first_observations(y)
     grid = np.linspace(0.0, 1.0, n_grid)
     sse, _ = _ses_pass(y, np.broadcast_to(grid, (n, n_grid)), first)
     k = np.argmin(sse, axis=1)
@@ -738,6 +735,14 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
     level = lev[np.arange(n), pick]
     alpha, level = _midpoint_where_unidentified(y, first, alpha, level, sse)
     return np.where(has, alpha, np.nan), np.where(has, level, np.nan)
+
+
+def _first_observations(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(has, first), both (n,): whether each row of (n, T) ``y`` has an observation (not NaN),
+    and its first one (0 for a row with none): SES's initial level."""
+    obs = np.isfinite(y)
+    has = obs.any(axis=1)
+    return has, np.where(has, y[np.arange(y.shape[0]), np.argmax(obs, axis=1)], 0.0)
 
 
 def _midpoint_where_unidentified(
@@ -784,18 +789,25 @@ def _ses_statsmodels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             fit = SimpleExpSmoothing(r, initialization_method="known", initial_level=r[0]).fit()
         alpha[i] = fit.params["smoothing_level"]
         level[i] = float(fit.forecast(1)[0])
-    obs = np.isfinite(y)
-    first = np.where(obs.any(axis=1), y[np.arange(y.shape[0]), np.argmax(obs, axis=1)], 0.0)
+    has, first = _first_observations(y)
     n_grid = 11
     grid_sse, _ = _ses_pass(
         y, np.broadcast_to(np.linspace(0, 1, n_grid), (y.shape[0], n_grid)), first
     )
     alpha, level = _midpoint_where_unidentified(y, first, alpha, level, grid_sse)
-    has = obs.any(axis=1)
     return np.where(has, alpha, np.nan), np.where(has, level, np.nan)
 
 
 SUPPLY_MODELS = ("ses", "mean", "seasonal_naive")
+
+FORECAST_CHOICES = {
+    "supply": ("actual", "forecast", "both"),
+    "supply_model": SUPPLY_MODELS,
+    "supply_engine": ("numpy", "statsmodels"),
+    "spend_price": ("cost", "market"),
+}
+""":func:`evaluate_sources`' choice-valued options and their values (the pipeline's
+configuration and the CLI's ``--supply*`` / ``--spend-price`` options take them from here)."""
 
 
 def _dates(values: pd.Series, name: str) -> np.ndarray:
@@ -1172,17 +1184,20 @@ def evaluate_sources(
             f"win_samples and cost_samples must have one array per advertiser ({n}); got "
             f"{len(win_samples)} and {len(cost_samples)}."
         )
-    if supply not in ("actual", "forecast", "both"):
-        raise ValueError(f"supply must be 'actual', 'forecast' or 'both'; got {supply!r}.")
+    chosen = {
+        "supply": supply,
+        "supply_model": supply_model,
+        "supply_engine": supply_engine,
+        "spend_price": spend_price,
+    }
+    for name, value in chosen.items():
+        if value not in FORECAST_CHOICES[name]:
+            raise ValueError(f"{name} must be one of {FORECAST_CHOICES[name]}; got {value!r}.")
     modes = ["actual", "forecast"] if supply == "both" else [supply]
     bad = [m for m in methods if m not in ("segment", "blended")]
     if bad or not methods:
         raise ValueError(f"methods must be among 'segment', 'blended'; got {list(methods)}.")
     kappa = _check_kappa(kappa)
-    if spend_price not in ("cost", "market"):
-        raise ValueError(f"spend_price must be 'cost' or 'market'; got {spend_price!r}.")
-    if supply_model not in SUPPLY_MODELS:
-        raise ValueError(f"supply_model must be one of {SUPPLY_MODELS}; got {supply_model!r}.")
     if "forecast" in modes and train_delivery is None:
         raise ValueError("supply='forecast' needs train_delivery (the training window's supply).")
     ev = _check_delivery(

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from adseg import __version__
 from adseg.consensus import FUSERS
-from adseg.forecast import ForecastResult, evaluate_sources
+from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import TERMINATING, check_pending, error_text, signals_deferred
 from adseg.metrics import ari
 from adseg.store import reads
@@ -311,6 +311,11 @@ def _check_n_segments(requested: int, n_advertisers: int) -> int:
     return requested
 
 
+def _forecast_choices(config: NightlyConfig) -> dict[str, str]:
+    """The configuration's forecast options (forecast.FORECAST_CHOICES), by name."""
+    return {name: getattr(config, name) for name in FORECAST_CHOICES}
+
+
 def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
     """One fuser's labels and wall seconds (runs in a worker process when n_jobs > 1)."""
     cls = FUSERS[name]
@@ -553,12 +558,9 @@ def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: Nig
         data.train_delivery,
         data.eval_delivery,
         data.advertiser_ids,
-        supply=config.supply,
         methods=config.methods,
-        supply_model=config.supply_model,
-        supply_engine=config.supply_engine,
-        spend_price=config.spend_price,
         random_state=config.seed,
+        **_forecast_choices(config),
     )
 
 
@@ -626,15 +628,13 @@ def _locked_run(
             )
         raise
     finally:
-        if holder is None:
-            pass  # the lock was never taken
-        elif marked:
+        if holder is not None and marked:
             _cleanup(
                 "release the lock of run %s",
                 run_id,
                 lambda: store.release_lock(engine, "nightly", holder),
             )
-        else:  # this process no longer holds it: the next run takes it over as stale
+        elif holder is not None:  # this process no longer holds it: the next run takes it over
             store.forget_lock(engine, "nightly")
 
 
@@ -908,14 +908,7 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        recorded = {
-            "supply": config.supply,
-            "supply_model": config.supply_model,
-            "supply_engine": config.supply_engine,
-            "spend_price": config.spend_price,
-            "forecast_seed": config.seed,
-        }
-        return result, recorded, {}
+        return result, _forecast_choices(config) | {"forecast_seed": config.seed}, {}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

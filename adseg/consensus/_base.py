@@ -18,13 +18,13 @@ from sklearn.utils import check_random_state
 MISSING = -1
 
 
-def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") -> np.ndarray:
+def check_labels(labels, *, name: str = "labels") -> np.ndarray:
     """Validate a base-clustering matrix and return it as a C-contiguous int64 array.
 
     Parameters
     ----------
-    labels : array-like of shape (n_items, n_clusterings), integers; -1 marks a missing label.
-    allow_missing : if False, any -1 is an error (for fusers whose model has no notion of it).
+    labels : array-like of shape (n_items, n_clusterings), integers; -1 marks a missing label
+        (every fuser takes them, DESIGN §3); a column that is all -1 is an error.
 
     Raises
     ------
@@ -58,18 +58,9 @@ def check_labels(labels, *, allow_missing: bool = True, name: str = "labels") ->
     if np.any(arr < MISSING):
         col = int(np.nonzero((arr < MISSING).any(axis=0))[0][0])
         raise ValueError(f"{name} column {col} has a negative label other than -1 (missing).")
-    missing = arr == MISSING
-    if missing.any():
-        if not allow_missing:
-            col = int(np.nonzero(missing.any(axis=0))[0][0])
-            raise ValueError(
-                f"{name} column {col} has missing labels (-1), which this fuser cannot use."
-            )
-        empty = np.nonzero(missing.all(axis=0))[0]
-        if empty.size:
-            raise ValueError(
-                f"{name} column {int(empty[0])} is all -1 (no item is clustered in it)."
-            )
+    empty = np.nonzero((arr == MISSING).all(axis=0))[0]
+    if empty.size:
+        raise ValueError(f"{name} column {int(empty[0])} is all -1 (no item is clustered in it).")
     return arr
 
 
@@ -379,17 +370,15 @@ class BaseFuser(ClusterMixin, BaseEstimator):
 
     Subclasses store their parameters in ``__init__`` (no work there), implement ``_fit(labels)``
     on validated labels and set ``labels_`` (n_items,) int64 in 0..n_clusters-1, plus their own
-    learned attributes ending in ``_``. ``allow_missing`` says whether -1 labels are accepted.
+    learned attributes ending in ``_``. Every fuser takes -1 (missing) labels.
     """
-
-    allow_missing: bool = True
 
     def __init__(self, n_clusters: int = 2, random_state=None):
         self.n_clusters = n_clusters
         self.random_state = random_state
 
     def _validate(self, labels) -> np.ndarray:
-        labels = check_labels(labels, allow_missing=self.allow_missing)
+        labels = check_labels(labels)
         check_n_clusters(self.n_clusters, labels.shape[0])
         return labels
 

@@ -743,8 +743,6 @@ class LTA(BaseFuser):
     sample: ~16 n×n arrays). Time on the shared 2-core machine: benchmarks/results/lta_scaling.md.
     """
 
-    allow_missing = True
-
     def __init__(
         self,
         n_clusters: int = 2,

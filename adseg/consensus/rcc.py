@@ -344,12 +344,12 @@ class RCC(BaseFuser):
         if self.eigen_solver not in _SOLVERS:
             raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")
         check_real("rho", self.rho, low=1.0)
-        if not (isinstance(self.mu, str) and self.mu in ("residual", "spectral")):
-            if isinstance(self.mu, str) or not isinstance(self.mu, numbers.Real):
-                raise ValueError(
-                    f"mu must be 'residual', 'spectral' or a positive number; got {self.mu!r}."
-                )
+        if isinstance(self.mu, numbers.Real):
             check_real("mu", self.mu)
+        elif self.mu not in ("residual", "spectral"):
+            raise ValueError(
+                f"mu must be 'residual', 'spectral' or a positive number; got {self.mu!r}."
+            )
         check_real("mu_max", self.mu_max)
         check_integer("max_iter", self.max_iter)
         check_real("tol", self.tol, high=1.0)  # relative to ‖M̃‖_F: 1 or more stops at once

@@ -65,7 +65,7 @@ Deviations from the spec, and why:
   on the row-normalised embedding (the project-wide ``assign_labels``, as the other fusers) and
   offers ``assign_labels="discretize"``.
 * §1.2 rejects missing labels ("the paper has no notion of them"); the model accommodates them
-  with no change (no entry in L), so they are accepted (``allow_missing = True``).
+  with no change (no entry in L), so they are accepted.
 * §2.5 suggests κ ≈ 0.5–0.8 for the β rule; the default κ = 0.5 is the conservative end (fewer
   input clusters removed), chosen before benchmarking; benchmarks/results/rcec_paper.md records
   NMI over the paper's whole β grid beside it.
@@ -426,8 +426,6 @@ class RCEC(BaseFuser):
     item_rows_ : (n_items,) index of each item's distinct row in ``X_unique_``.
     objective_ : list of F values per iteration; n_iter_ ; converged_ .
     """
-
-    allow_missing = True
 
     def __init__(
         self,

@@ -412,8 +412,6 @@ class SCCBG(BaseFuser):
     Cost: O(n k) memory (no n × n array), O(n_iter · sweeps · u k²) time; see the module docstring.
     """
 
-    allow_missing = True
-
     def __init__(
         self,
         n_clusters: int = 2,

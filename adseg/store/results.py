@@ -150,14 +150,15 @@ def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float])
 
 def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[int]:
     """Mark failed (partial results deleted) every run still 'running' but ``exclude`` (the
-    caller's own). Call it only while
-    holding the nightly lock, under which every run is made: any other 'running' run then
-    belongs to no live process (one killed before adseg named a run in its lock, as versions
-    before 2026-11-24 could leave, stayed 'running' for good). Returns their ids."""
+    caller's own). Call it only while holding the nightly lock, under which every run is made:
+    any other 'running' run then belongs to no live process (one killed before adseg named a
+    run in its lock, as versions before 2026-11-24 could leave, stayed 'running' for good).
+    Returns their ids."""
+    stmt = select(Run.run_id).where(Run.status == "running")
+    if exclude is not None:
+        stmt = stmt.where(Run.run_id != exclude)
     with engine.connect() as conn:
-        orphans = conn.scalars(
-            select(Run.run_id).where(Run.status == "running", Run.run_id != (exclude or -1))
-        ).all()
+        orphans = conn.scalars(stmt).all()
     for run_id in orphans:
         fail_run(engine, run_id, "abandoned: its process ended and no lock named the run", {})
     return list(orphans)
