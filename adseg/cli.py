@@ -385,8 +385,7 @@ def db_upgrade(
     new_file = file is not None and _create_new_file(file)
     engine = _engine(url, create=True)
     try:
-        before = migrate.current_revision(engine)
-        migrate.upgrade(engine, revision)
+        before = migrate.upgrade(engine, revision)
         after = migrate.current_revision(engine)
     except BaseException:
         if new_file:  # a failed upgrade leaves no empty database behind

@@ -29,6 +29,8 @@ def run_migrations_online() -> None:
         )
         with context.begin_transaction():
             lock_migrations(connection)  # one migration at a time, till commit
+            # read under the lock: a concurrent upgrade may have migrated it while we waited
+            config.attributes["revision_at_lock"] = context.get_context().get_current_revision()
             context.run_migrations()
         connection.commit()
 

@@ -341,6 +341,11 @@ def test_two_db_upgrades_at_once_both_succeed(db_url):
         upgrades = [_upgrade_process(db_url) for _ in range(2)]
         outputs = [p.communicate(timeout=120)[0] for p in upgrades]
         assert [p.returncode for p in upgrades] == [0, 0], outputs
+        # the second reads where it starts from under the lock, after the first committed; it
+        # used to say "empty -> head" too, though it had migrated nothing
+        head = migrate.head_revision()
+        starts = sorted(line.split(": ")[-1] for line in map(str.strip, outputs))
+        assert starts == [f"{head} -> {head}", f"empty -> {head}"], outputs
         engine = make_engine(db_url)
         assert migrate.current_revision(engine) == migrate.head_revision()
         engine.dispose()

@@ -42,10 +42,13 @@ def _config(engine: Engine) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the database to ``revision`` (default: the newest). Raises ValueError for a
-    revision this adseg does not know, for a database at one (a newer adseg migrated it), and
-    for a target older than the database's revision (upgrades only move forward)."""
+def upgrade(engine: Engine, revision: str = "head") -> str | None:
+    """Upgrade the database to ``revision`` (default: the newest) and return the revision it was
+    at when this upgrade took the migration lock (None: empty). That is the true starting point
+    when another upgrade ran first: a revision read before waiting for the lock would be stale.
+    Raises ValueError for a revision this adseg does not know, for a database at one (a newer
+    adseg migrated it), and for a target older than the database's revision (upgrades only
+    move forward)."""
     known = known_revisions()
     if revision != "head" and revision not in known:
         raise ValueError(f"unknown schema revision {revision!r}; known: {', '.join(known)}, head")
@@ -55,7 +58,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             f"the database is at {current}, newer than {revision}: `adseg db upgrade` only moves "
             "forward (restore a backup to go back)"
         )
-    command.upgrade(_config(engine), revision)
+    cfg = _config(engine)
+    command.upgrade(cfg, revision)
+    return cfg.attributes.get("revision_at_lock", current)
 
 
 def known_revisions() -> list[str]:
