@@ -771,7 +771,9 @@ def nightly(
     except (ValueError, FileNotFoundError, DatabaseError):
         raise  # bad data or an unwritable database: handle_errors gives the reason and code
     except Exception as exc:  # the run row has the error; the job needs a code and a line
-        _fail(f"nightly run failed: {error_text(exc)}", EXIT_FAILED)
+        run_id = getattr(exc, "failed_run_id", None)
+        what = "nightly run" if run_id is None else f"run {run_id}"
+        _fail(f"{what} failed: {error_text(exc)}", EXIT_FAILED)
     written: list[str] = []
     try:
         if not quiet:
@@ -999,8 +1001,12 @@ def segment_command(
         for name, labels in (done["segments"] | done["single_view"]).items():
             out.print(f"{name}: {len(set(labels[labels >= 0].tolist()))} segments", markup=False)
         _print_left_out(done["left_out"])
-    for name, error in done["errors"].items():
-        err.print(f"warning: {name} failed: {error}", markup=False)
+    if done["dropped"]:  # the failure itself was logged as a warning when it happened
+        err.print(
+            f"warning: run {run} no longer holds the segments and scores of "
+            f"{', '.join(done['dropped'])}: the fuser failed to remake them",
+            markup=False,
+        )
     if done["unscored"] and not quiet:  # what happened, as asked: not a warning
         err.print(
             f"note: the forecasts and scores of {', '.join(done['unscored'])} in run {run} were "

@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 from threadpoolctl import threadpool_limits
 
 from adseg import __version__
-from adseg.consensus import FUSERS
+from adseg.consensus import FUSERS, canonical_name, describe_registered
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import TERMINATING, check_pending, error_text, signals_deferred
 from adseg.metrics import ari
@@ -101,16 +101,20 @@ class NightlyConfig:
     extra: dict = field(default_factory=dict)
 
     def fuser_names(self) -> list[str]:
-        """Registered fusers to run, one name per class (aliases such as 'spcc' skipped)."""
+        """Registered fusers to run, the primary first if not named, each under its canonical
+        name (``spcc`` is stored and reported as ``sccbg``: one fuser, one source name from run
+        to run). Raises ValueError for an unknown name or one fuser named twice."""
         names = list(dict.fromkeys(self.fusers)) if self.fusers else _unique_fusers()
         unknown = [n for n in names if n not in FUSERS]
         if unknown:
             raise ValueError(
-                f"unknown fuser(s) {', '.join(unknown)}; registered: "
-                f"{', '.join(sorted(_unique_fusers()))}."
+                f"unknown fuser(s) {', '.join(unknown)}; registered: {describe_registered()}."
             )
         if self.primary_fuser not in FUSERS:
-            raise ValueError(f"unknown primary fuser {self.primary_fuser!r}.")
+            raise ValueError(
+                f"unknown primary fuser {self.primary_fuser!r}; registered: "
+                f"{describe_registered()}."
+            )
         if self.primary_fuser not in names:
             names.insert(0, self.primary_fuser)
         first = {}
@@ -120,7 +124,11 @@ class NightlyConfig:
                     f"fusers {other} and {name} are the same fuser (one is an alias of the "
                     "other, or the --primary); name it once."
                 )
-        return names
+        return [canonical_name(name) for name in names]
+
+    def primary(self) -> str:
+        """The primary fuser's canonical name (:meth:`fuser_names` validates it)."""
+        return canonical_name(self.primary_fuser)
 
 
 def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str], list[str]]:
@@ -133,7 +141,7 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
     left_out = [
         name
         for name in names
-        if name != config.primary_fuser and name in limits and n_advertisers > limits[name]
+        if name != config.primary() and name in limits and n_advertisers > limits[name]
     ]
     for name in left_out:
         log.info(
@@ -148,12 +156,7 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
 
 
 def _unique_fusers() -> list[str]:
-    seen, names = set(), []
-    for name, cls in FUSERS.items():
-        if cls not in seen:
-            seen.add(cls)
-            names.append(name)
-    return names
+    return list(dict.fromkeys(map(canonical_name, FUSERS)))
 
 
 def default_windows(engine: Engine, train_days: int = 7, eval_days: int = 7) -> Windows:
@@ -549,6 +552,17 @@ def truth_segmentation(truth: pd.Series, advertiser_ids: np.ndarray) -> np.ndarr
     return mapped.fillna(-1).to_numpy(dtype=np.int64)
 
 
+def truth_aris(truth: np.ndarray, segmentations: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each source's adjusted Rand index against the true segments (4 decimals), over the
+    advertisers the truth names (``truth`` ≥ 0; -1 = not named); arrays aligned by advertiser."""
+    known = truth >= 0
+    return {
+        source: round(ari(truth[known], labels[known]), 4)
+        for source, labels in segmentations.items()
+        if source != "truth"
+    }
+
+
 def forecast(data: PulledData, segmentations: dict[str, np.ndarray], config: NightlyConfig):
     """Stages 6–8: regenerate segment c.d.f.s, forecast the evaluation window, score (MAPE)."""
     return evaluate_sources(
@@ -653,7 +667,11 @@ def _cleanup(what: str, run_id: int | None, step: Callable[[], None]) -> bool:
 
 
 def _parameters(config: NightlyConfig) -> dict:
-    return {k: v for k, v in asdict(config).items() if k != "extra"} | config.extra
+    """The run row's parameters: the config, fuser names canonical (:meth:`fuser_names`)."""
+    params = {k: v for k, v in asdict(config).items() if k != "extra"} | config.extra
+    if config.primary_fuser in FUSERS:
+        params["primary_fuser"] = config.primary()
+    return params
 
 
 def run_nightly(
@@ -702,7 +720,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
     names, left_out = fusers_for_size(config, labels.shape[0])
     with _timed(timings, "fuse", progress):
         fused, fuser_seconds, fuser_errors = fuse(
-            labels, names, n_segments, config.seed, config.primary_fuser, progress, config.n_jobs
+            labels, names, n_segments, config.seed, config.primary(), progress, config.n_jobs
         )
         segmentations = single_view_segmentations(
             labels,
@@ -734,11 +752,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         store.write_forecast_results(engine, run_id, result)
     truth_ari = {}
     if "truth" in segmentations:
-        known = segmentations["truth"] >= 0  # advertisers the truth file names
-        truth = segmentations["truth"][known]
-        truth_ari = {
-            s: round(ari(truth, seg[known]), 4) for s, seg in segmentations.items() if s != "truth"
-        }
+        truth_ari = truth_aris(segmentations["truth"], segmentations)
     timings["total"] = round(sum(timings.values()), 3)
     timings["fusers"] = fuser_seconds
     resolved = {
@@ -831,15 +845,33 @@ def run_segment(
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
-        fused, seconds, errors = fuse(labels, names, k, config.seed, config.primary_fuser, progress)
+        fused, seconds, errors = fuse(labels, names, k, config.seed, config.primary(), progress)
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
         win, cost = reads.price_samples(engine, ids, train_start, train_end)
         segmentations = single_view_segmentations(
             labels, columns, k, config.single_view_alpha, {"win_rate": win, "ecpm_cost": cost}
         )
         segmentations.update(fused)
-        unscored = store.write_segments(engine, run_id, ids, segmentations)
-        parameters = _segment_parameters(run["parameters"] or {}, config, list(fused), k)
+        stored = run["parameters"] or {}
+        # a fuser that failed keeps no segments from before (the nightly leaves it out too), and
+        # one a run stored under an alias (spcc, before names were made canonical) is remade
+        # under its canonical name: neither may be scored beside the new segments
+        aliases = [
+            f
+            for f in stored.get("fusers") or []
+            if f in FUSERS and f != canonical_name(f) and canonical_name(f) in fused
+        ]
+        dropped = [*errors, *aliases]
+        had = set(store.read_segments(engine, run_id, list(errors)))  # failed, and had segments
+        unscored = store.write_segments(engine, run_id, ids, segmentations, drop=dropped)
+        truth = store.read_segments(engine, run_id, ["truth"]).get("truth")
+        new_aris = {}
+        if truth is not None:  # the nightly's --truth: score the new segments against it too
+            truth = truth.reindex(ids).fillna(-1).to_numpy(dtype=np.int64)
+            new_aris = truth_aris(truth, segmentations)
+        parameters = _segment_parameters(
+            stored, config, list(fused), k, dropped=dropped, truth_ari=new_aris
+        )
         parameters["resolved"] |= {"fuser_errors": errors, "fusers_left_out": left_out}
         out = {
             "segments": fused,
@@ -848,32 +880,46 @@ def run_segment(
             "errors": errors,
             "left_out": left_out,
             "unscored": unscored,
+            "dropped": [d for d in errors if d in had],
         }
         return out, parameters, {"fusers": seconds}
 
     return _stage_on_run(engine, run_id, "segment", work)
 
 
-def _segment_parameters(stored: dict, config: NightlyConfig, fused: list[str], k: int) -> dict:
+def _segment_parameters(
+    stored: dict,
+    config: NightlyConfig,
+    fused: list[str],
+    k: int,
+    *,
+    dropped: list[str] = (),
+    truth_ari: dict[str, float] | None = None,
+) -> dict:
     """A run's parameters after ``adseg segment``: the fusers whose segments it now holds (those
-    kept from before, then the new), a primary fuser among them, the new number of segments (and
-    each fuser's in ``resolved.n_segments_by_fuser``: a fuser not re-run keeps its K); truth ARIs
-    of replaced segmentations are dropped (they scored the old segments)."""
-    fusers = list(dict.fromkeys([*(stored.get("fusers") or []), *fused]))
-    primary = stored.get("primary_fuser")
+    kept from before, then the new; a source stored under an alias of a remade fuser is gone), a
+    primary fuser among them, the new number of segments (and the K each fuser was asked for in
+    ``resolved.n_segments_by_fuser``: a fuser not re-run keeps its K, one in ``dropped`` has
+    none); the truth ARIs of the replaced and dropped segmentations are replaced by
+    ``truth_ari`` (the new segments' own, when the run has a truth segmentation)."""
+    renamed = {f: canonical_name(f) for f in dropped if f in FUSERS and f != canonical_name(f)}
+    fusers = list(dict.fromkeys([*(renamed.get(f, f) for f in stored.get("fusers") or []), *fused]))
+    primary = renamed.get(stored.get("primary_fuser"), stored.get("primary_fuser"))
     resolved = dict(stored.get("resolved") or {})
     # each fuser's K: fusers not re-run keep the segments (and K) they had
     by_fuser = resolved.get("n_segments_by_fuser") or dict.fromkeys(
         stored.get("fusers") or [], resolved.get("n_segments")
     )
+    gone = set(dropped)
+    by_fuser = {f: n for f, n in by_fuser.items() if f not in gone}
     resolved["n_segments_by_fuser"] = by_fuser | dict.fromkeys(fused, k)
-    if resolved.get("truth_ari"):
-        replaced = set(fused) | set(SINGLE_VIEW_SOURCES)
-        kept = {s: v for s, v in resolved["truth_ari"].items() if s not in replaced}
-        resolved["truth_ari"] = kept
+    if resolved.get("truth_ari") or truth_ari:
+        replaced = set(fused) | set(SINGLE_VIEW_SOURCES) | gone
+        kept = {s: v for s, v in (resolved.get("truth_ari") or {}).items() if s not in replaced}
+        resolved["truth_ari"] = kept | (truth_ari or {})
     return {
         "fusers": fusers,
-        "primary_fuser": primary if primary in fusers else config.primary_fuser,
+        "primary_fuser": primary if primary in fusers and primary not in gone else config.primary(),
         "n_segments": config.n_segments,
         "segment_seed": config.seed,  # the run's "seed" made its views
         "resolved": resolved | {"n_segments": k},

@@ -137,7 +137,8 @@ def test_a_run_whose_lock_was_forced_away_never_completes(loaded, market_dir, mo
     with pytest.raises(store.RunLostError, match="marked failed by another process"):
         pipeline.run_nightly(loaded, config=_config(market_dir))
     (run,) = store.list_runs(loaded).itertuples()
-    assert run.status == "failed" and "marked failed by another process" in run.error
+    # the unlock's reason stays: the lost run used to overwrite it (and its finish time)
+    assert run.status == "failed" and "lock cleared by `adseg db unlock`" in run.error
     assert store.read_segments(loaded, run.run_id) == {}
     assert store.read_forecast_results(loaded, run.run_id)["mape"].empty
     assert store.lock_holder(loaded) is None
@@ -406,7 +407,82 @@ def test_fuser_names_run_each_fuser_once():
         pipeline.NightlyConfig(fusers=("spcc",), primary_fuser="sccbg").fuser_names()
     with pytest.raises(ValueError, match="unknown fuser") as caught:
         pipeline.NightlyConfig(fusers=("nope",)).fuser_names()
-    assert "spcc" not in str(caught.value) and "sccbg" in str(caught.value)
+    assert "sccbg (alias spcc), trce" in str(caught.value)  # not a fuser of its own
+    # an alias is run, stored and reported under the canonical name: a run made with spcc and
+    # one made with sccbg had different source keys for the same fuser
+    config = pipeline.NightlyConfig(fusers=("spcc", "l2"), primary_fuser="spcc")
+    assert config.fuser_names() == ["sccbg", "l2"] and config.primary() == "sccbg"
+    assert pipeline.NightlyConfig(fusers=("l2",), primary_fuser="spcc").fuser_names() == [
+        "sccbg",
+        "l2",
+    ]
+
+
+def test_segment_remakes_a_primary_stored_under_an_alias(loaded, market_dir):
+    """A run made with `--primary spcc` (stored as spcc before names were canonical): `adseg
+    segment` re-fused every fuser but spcc, the run's product, and added sccbg beside it, the
+    same fuser under a second name, both scored."""
+    from sqlalchemy import update
+
+    from adseg.store.models import Metric, Run, Segment
+
+    config = _config(market_dir, truth_path=None, fusers=("l2",), primary_fuser="spcc")
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    params = store.get_run(loaded, run_id)["parameters"]
+    assert params["fusers"] == ["sccbg", "l2"] and params["primary_fuser"] == "sccbg"
+    assert "spcc" not in store.read_segments(loaded, run_id)
+    with loaded.begin() as conn:  # as an older adseg stored it
+        for table in (Segment, Metric):
+            conn.execute(
+                update(table)
+                .where(table.run_id == run_id, table.source == "sccbg")
+                .values(source="spcc")
+            )
+        legacy = params | {"fusers": ["spcc", "l2"], "primary_fuser": "spcc"}
+        conn.execute(update(Run).where(Run.run_id == run_id).values(parameters=legacy))
+    again = pipeline.NightlyConfig(fusers=("sccbg", "l2"), primary_fuser="sccbg", seed=0)
+    pipeline.run_segment(loaded, run_id, again)
+    segments = store.read_segments(loaded, run_id)
+    assert "sccbg" in segments and "spcc" not in segments
+    assert "spcc" not in set(store.read_forecast_results(loaded, run_id)["mape"]["source"])
+    params = store.get_run(loaded, run_id)["parameters"]
+    assert params["fusers"] == ["sccbg", "l2"] and params["primary_fuser"] == "sccbg"
+    assert set(params["resolved"]["n_segments_by_fuser"]) == {"sccbg", "l2"}
+
+
+def test_segment_drops_what_a_failing_fuser_could_not_remake(loaded, market_dir, db_url):
+    """A fuser that failed in `adseg segment` kept its old segments and scores, scored beside
+    the others' new K with nothing to mark them; the truth ARIs of the remade sources were
+    dropped and `forecast` never computed them again."""
+    from adseg.consensus import FUSERS
+
+    run_id = pipeline.run_nightly(loaded, config=_config(market_dir)).run_id
+    aris = store.get_run(loaded, run_id)["parameters"]["resolved"]["truth_ari"]
+    assert {"rcc", "l2", "win_rate"} <= set(aris)
+
+    class Failing(FUSERS["l2"]):
+        def fit(self, labels, y=None):
+            raise ValueError("no luck today")
+
+    real = FUSERS["l2"]
+    FUSERS["l2"] = Failing
+    try:
+        args = ["segment", "--run", str(run_id), "--fuser", "rcc", "--fuser", "l2"]
+        res = runner.invoke(app, [*args, "--database-url", db_url])
+    finally:
+        FUSERS["l2"] = real
+    assert res.exit_code == 0, res.output
+    assert "no longer holds the segments and scores of l2" in res.output
+    assert "warning: l2 failed" not in res.output  # the failure is logged once, by the stage
+    assert "l2" not in store.read_segments(loaded, run_id)
+    assert "l2" not in set(store.read_forecast_results(loaded, run_id)["mape"]["source"])
+    resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
+    assert set(resolved["fuser_errors"]) == {"l2"} and "l2" not in resolved["n_segments_by_fuser"]
+    # the remade sources are scored against the truth again: same seed and K, same segments
+    assert "l2" not in resolved["truth_ari"]
+    assert {s: resolved["truth_ari"][s] for s in ("rcc", "win_rate", "text")} == {
+        s: aris[s] for s in ("rcc", "win_rate", "text")
+    }
 
 
 def test_bad_windows_and_fusers_are_rejected(loaded, db_url):

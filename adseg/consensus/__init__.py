@@ -38,11 +38,32 @@ from adseg.consensus.lta import LTA  # noqa: E402
 FUSERS["lta"] = LTA
 # --- fuser registrations (end) ---
 
+
+def canonical_name(name: str) -> str:
+    """The name a registered fuser is stored and reported under: the first registered for its
+    class (``canonical_name("spcc") == "sccbg"``), so that one fuser never has two keys."""
+    cls = FUSERS[name]
+    return next(key for key, other in FUSERS.items() if other is cls)
+
+
+def describe_registered() -> str:
+    """The registered names for a message: "l2, lta, rcc, rcec, sccbg (alias spcc), trce"."""
+    aliases: dict[str, list[str]] = {}
+    for name in FUSERS:
+        aliases.setdefault(canonical_name(name), []).append(name)
+    return ", ".join(
+        key + (f" (alias {', '.join(rest)})" if (rest := names[1:]) else "")
+        for key, names in sorted(aliases.items())
+    )
+
+
 __all__ = [
     "FUSERS",
     "BaseFuser",
     "assign_labels",
+    "canonical_name",
     "check_labels",
+    "describe_registered",
     "co_association",
     "incidence_matrix",
     "relabel",

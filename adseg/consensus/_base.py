@@ -259,8 +259,9 @@ def co_association(
     together, among the clusterings that cover both.
 
     M̃_ij = Σ_v w_v [i, j together in v] / Σ_v w_v [i and j both labelled in v]. With no missing
-    labels the denominator is Σ_v w_v, as in the paper's Eq. 10. Pairs that no clustering covers
-    get 0 (1 on the diagonal when the item is covered somewhere).
+    labels the denominator is Σ_v w_v, as in the paper's Eq. 10. Pairs that no clustering of
+    positive weight covers get 0 (0/0), on the diagonal too: an item labelled only in
+    zero-weight clusterings has a zero row; one covered with positive weight has 1 there.
 
     normalize=True returns D^{-1/2} M̃ D^{-1/2} with D = diag(M̃ 1) (normalised-cut form).
 

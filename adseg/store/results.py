@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,13 +136,15 @@ def complete_run(
 
 
 def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float]) -> None:
-    """Delete the run's partial results and mark it failed with the error, in one transaction."""
+    """Delete the run's partial results and mark it failed with the error, in one transaction.
+    A run already marked failed (by ``adseg db unlock --force`` while it ran) keeps the reason
+    and finish time that process wrote: only what it wrote since is deleted."""
     with engine.begin() as conn:
         for table in RESULT_TABLES:
             conn.execute(delete(table).where(table.run_id == run_id))
         conn.execute(
             update(Run)
-            .where(Run.run_id == run_id)
+            .where(Run.run_id == run_id, Run.status == "running")
             .values(
                 status="failed", finished_at=_now(), error=error[:4000], timings=_jsonable(timings)
             )
@@ -389,11 +392,14 @@ def write_base_clusterings(
         _insert_frame(conn, BaseClusteringLabel, labels_frame)
 
 
-def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: dict) -> list[str]:
-    """Persist (replace) the given sources' segments of a run. Their c.d.f.s, forecasts and
-    scores, made with the segments replaced, are deleted in the same transaction (a report must
-    not show one segmentation's sizes beside another's MAPE). Returns the sources that had such
-    results (``adseg forecast`` scores them again)."""
+def write_segments(
+    engine: Engine, run_id: int, advertiser_ids, segmentations: dict, drop: Sequence[str] = ()
+) -> list[str]:
+    """Persist (replace) the given sources' segments of a run, and delete those of the sources
+    in ``drop`` (a fuser that failed to remake its own, a source stored under a fuser's alias).
+    Their c.d.f.s, forecasts and scores, made with the segments replaced, are deleted in the same
+    transaction (a report must not show one segmentation's sizes beside another's MAPE).
+    Returns the replaced sources that had such results (``adseg forecast`` scores them again)."""
     ids = np.asarray(advertiser_ids, dtype=object)
     frames = [
         pd.DataFrame(
@@ -413,8 +419,9 @@ def write_segments(engine: Engine, run_id: int, advertiser_ids, segmentations: d
             .where(Metric.run_id == run_id, Metric.source.in_(sources))
             .distinct()
         ).all()
+        removed = [*sources, *drop]
         for table in (Segment, SegmentCdf, Forecast, Metric):
-            conn.execute(delete(table).where(table.run_id == run_id, table.source.in_(sources)))
+            conn.execute(delete(table).where(table.run_id == run_id, table.source.in_(removed)))
         for frame in frames:
             _insert_frame(conn, Segment, frame)
     return sorted(stale)
@@ -455,14 +462,19 @@ def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
 # --- results reads -------------------------------------------------------------------------
 
 
-def _frame(engine: Engine, model, run_id: int) -> pd.DataFrame:
+def _frame(
+    engine: Engine, model, run_id: int, sources: Sequence[str] | None = None
+) -> pd.DataFrame:
     """A run's rows of ``model``'s table, sorted by its primary key in Python (the same order on
     every database: without it the rows came in the database's order, which differs between
     SQLite and PostgreSQL and changes after an update). Float columns are float64 even when
     every value is NULL (pandas would otherwise make an all-None column of dtype object, and
-    arithmetic and nlargest on it fail: a run whose every forecast is empty)."""
+    arithmetic and nlargest on it fail: a run whose every forecast is empty). ``sources``:
+    only these sources' rows (a table with a source column)."""
     cols = [c for c in model.__table__.columns if c.name != "run_id"]
     stmt = select(*cols).where(model.run_id == run_id)
+    if sources is not None:
+        stmt = stmt.where(model.source.in_(list(sources)))
     with engine.connect() as conn:
         frame = pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
     floats = [c.name for c in cols if isinstance(c.type, Float)]
@@ -487,9 +499,11 @@ def read_base_clusterings(
     )
 
 
-def read_segments(engine: Engine, run_id: int) -> dict[str, pd.Series]:
-    """source → Series(advertiser_id → segment)."""
-    frame = _frame(engine, Segment, run_id)
+def read_segments(
+    engine: Engine, run_id: int, sources: Sequence[str] | None = None
+) -> dict[str, pd.Series]:
+    """source → Series(advertiser_id → segment), of every source or of ``sources``."""
+    frame = _frame(engine, Segment, run_id, sources)
     return {
         src: g.set_index("advertiser_id")["segment"].sort_index()
         for src, g in frame.groupby("source", sort=False)
