@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import difflib
 import gzip
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
@@ -115,12 +116,21 @@ def find_table_files(directory: Path) -> dict[str, Path]:
     found: dict[str, Path] = {}
     problems = []
     for table in TABLES:
+        # lexists: a dangling symbolic link is a table file that cannot be read, not no file
+        # (skipping it loaded the other tables and exited 0 without this one's rows)
         paths = [
-            directory / f"{table}{s}" for s in SUFFIXES if (directory / f"{table}{s}").exists()
+            directory / f"{table}{s}"
+            for s in SUFFIXES
+            if os.path.lexists(directory / f"{table}{s}")
         ]
         if len(paths) > 1:
             names = ", ".join(p.name for p in paths)
             problems.append(Problem(str(directory), f"two files for table {table}: {names}"))
+        elif paths and not paths[0].exists():
+            target = os.readlink(paths[0])
+            problems.append(
+                Problem(str(paths[0]), f"a symbolic link to {target}, which does not exist")
+            )
         elif paths:
             found[table] = paths[0]
     problems += _miscased_table_files(directory, found)
@@ -249,11 +259,116 @@ def read_table_file(path: Path) -> pd.DataFrame:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    frame = pd.read_parquet(path)
+    """A Parquet file as a frame, its required columns' types checked first (IngestError): a
+    column named twice, text that is not UTF-8, and types no value of the column can be (a
+    struct id, a boolean or duration price) are refused by name instead of failing deep in
+    pyarrow or being stored as something else."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    if repeated := sorted({n for n in names if names.count(n) > 1}):
+        raise IngestError([Problem(str(path), f"column(s) named twice: {', '.join(repeated)}")])
+    table = parquet.read()
+    problems = [
+        problem
+        for name, column in zip(names, table.columns, strict=True)
+        if name in _PARQUET_KINDS
+        for problem in _parquet_column_problems(str(path), name, column)
+    ]
+    if problems:
+        raise IngestError(problems)
+    frame = table.to_pandas()
     named = [n for n in frame.index.names if n is not None and n not in frame.columns]
     if named:
         frame = frame.reset_index(level=named)
     return frame.reset_index(drop=True)
+
+
+_PARQUET_KINDS = {
+    **dict.fromkeys(("advertiser_id", "auction_id", "name", "description"), "text"),
+    **dict.fromkeys(
+        ("bid_ecpm", "market_price_ecpm", "paid_ecpm", "spend", "bid_requests", "impressions"),
+        "number",
+    ),
+    "won": "boolean",
+    "ts": "time",
+    "date": "time",
+}
+"""What each required column holds, for the Parquet type check (a CSV is all text)."""
+
+
+def _parquet_type_fits(kind: str, arrow_type) -> bool:
+    """Whether a Parquet (Arrow) column type can hold a value of ``kind``: text also from
+    integers (ids), numbers from integers, floats, decimals or text, booleans from booleans,
+    integers or text, times from timestamps, dates or text; an all-null column fits any."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if t.is_null(arrow_type):
+        return True
+    text = t.is_string(arrow_type) or t.is_large_string(arrow_type) or _is_binary(arrow_type)
+    if kind == "text":
+        return text or t.is_integer(arrow_type) or t.is_floating(arrow_type)
+    if kind == "number":
+        return (
+            text
+            or t.is_integer(arrow_type)
+            or t.is_floating(arrow_type)
+            or t.is_decimal(arrow_type)
+        )
+    if kind == "boolean":
+        return text or t.is_boolean(arrow_type) or t.is_integer(arrow_type)
+    return text or t.is_timestamp(arrow_type) or t.is_date(arrow_type)
+
+
+def _is_binary(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)
+
+
+def _parquet_column_problems(file: str, name: str, column) -> list[Problem]:
+    """A required Parquet column of a type its values cannot be, or text (string or binary)
+    that is not UTF-8, with the offending rows. The UTF-8 check is pyarrow's validation; the
+    rows are found value by value only when it fails."""
+    import pyarrow as pa
+
+    arrow_type = column.type
+    if not _parquet_type_fits(_PARQUET_KINDS[name], arrow_type):
+        return [
+            Problem(
+                file,
+                f"column {name} has Parquet type {arrow_type}, which cannot hold "
+                f"{'a' if _PARQUET_KINDS[name] != 'time' else 'a date or'} "
+                f"{_PARQUET_KINDS[name].replace('time', 'timestamp')} value",
+            )
+        ]
+    if pa.types.is_dictionary(arrow_type):
+        column = column.cast(arrow_type.value_type)
+        arrow_type = column.type
+    textual = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if not (textual or _is_binary(arrow_type)):
+        return []
+    large = pa.types.is_large_string(arrow_type) or pa.types.is_large_binary(arrow_type)
+    try:  # both check every value's UTF-8 in C
+        column.validate(full=True) if textual else column.cast(
+            pa.large_string() if large else pa.string()
+        )
+        return []
+    except pa.ArrowInvalid:
+        pass
+    as_bytes = pa.large_binary() if large else pa.binary()
+    raw = [b for chunk in column.chunks for b in chunk.view(as_bytes).to_pylist()]
+    bad = np.zeros(len(raw), dtype=bool)
+    for i, value in enumerate(raw):
+        try:
+            value is None or value.decode("utf-8")
+        except UnicodeDecodeError:
+            bad[i] = True
+    return _rows_problem(file, bad, f"{name} is not UTF-8 text")
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -475,7 +590,10 @@ def _dates(series: pd.Series, column: str, file: str) -> tuple[pd.Series, list[P
             "(YYYY-MM-DD, or timestamps at midnight)",
         )
         return stamps.mask(timed), problems
-    dates = pd.to_datetime(_text(series), errors="coerce", format="%Y-%m-%d")
+    text = _text(series)
+    # the format alone takes one-digit months and days (2026-3-2): the README's form is exact
+    exact = text.str.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}").to_numpy(dtype=bool, na_value=False)
+    dates = pd.to_datetime(text.where(exact, ""), errors="coerce", format="%Y-%m-%d")
     return dates, _rows_problem(file, dates.isna().to_numpy(), f"{column} is not a YYYY-MM-DD date")
 
 
@@ -560,13 +678,17 @@ def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[
     above = ~bad & (values > MAX_AMOUNT)
     ok = ~bad & ~negative & ~above
     micros = np.zeros(len(values), dtype=np.int64)
-    if pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+    if pd.api.types.is_integer_dtype(series.dtype):
         micros[ok] = values[ok].astype(np.int64) * MICROS  # whole and ≤ 1e12: exact in float
     elif pd.api.types.is_float_dtype(series.dtype):
         micros[ok] = np.round(values[ok] * MICROS).astype(np.int64)
     else:
         micros[ok], parsed = _text_micros(series[ok], values[ok])
         bad[np.flatnonzero(ok)[~parsed]] = True
+        # the float of 1000000000000.000001 is 1e12 exactly; its micros are not
+        over = ok & ~bad & (micros > int(MAX_AMOUNT) * MICROS)
+        above |= over
+        micros[over] = 0
     problems = _rows_problem(file, bad, f"{column} is not a finite number")
     problems += _rows_problem(file, negative, f"{column} is negative")
     problems += _rows_problem(file, above, f"{column} is above {MAX_AMOUNT:.0e} (implausible)")
@@ -654,7 +776,7 @@ def _count(
     whole is whole), never through float64, so ``9007199254740993`` is refused as above 2**53
     instead of stored as 2**53. Integer columns are taken as they are; a float column (Parquet)
     holds whole numbers exactly up to 2**53."""
-    if pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+    if pd.api.types.is_integer_dtype(series.dtype):
         bad = series.isna().to_numpy()
         values = series.where(~bad, 0).to_numpy().astype(object)  # Python ints compare exactly
     elif pd.api.types.is_float_dtype(series.dtype):

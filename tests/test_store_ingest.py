@@ -810,3 +810,96 @@ def test_parquet_integer_ids_read_as_float_are_whole_numbers(engine, db_url, tmp
     assert _problems(directory) == [
         f"{directory / 'delivery.parquet'}: row 2: advertiser_id is empty"
     ]
+
+
+def _parquet(directory: Path, name: str, table) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, directory / f"{name}.parquet")
+
+
+def test_parquet_text_that_is_not_utf8_is_refused_by_row(tmp_path):
+    """A string column with invalid UTF-8 failed deep in pyarrow with a traceback (exit 1); a
+    binary one with "'utf-8' codec can't decode byte 0xff", naming no file, column or row."""
+    import pyarrow as pa
+
+    raw = pa.array([b"adv-1", b"adv-\xff2"], pa.binary())
+    as_string = pa.Array.from_buffers(pa.string(), 2, raw.buffers())  # unchecked, as writers may
+    for ids in (as_string, raw):
+        directory = write_dir(tmp_path / str(ids.type), auctions=None, delivery=None)
+        (directory / "advertisers.csv").unlink()
+        table = pa.table({"advertiser_id": ids, "name": ["A", "B"], "description": ["", ""]})
+        _parquet(directory, "advertisers", table)
+        assert _problems(directory) == [
+            f"{directory / 'advertisers.parquet'}: row 2: advertiser_id is not UTF-8 text"
+        ]
+    # UTF-8 in a binary column is text like any other
+    good = pa.table({"advertiser_id": pa.array([b"adv-1"], pa.binary()), "name": ["A"]})
+    _parquet(directory, "advertisers", good.append_column("description", pa.array(["d"])))
+    from adseg.ingest import read_directory
+
+    assert read_directory(directory).advertisers["advertiser_id"].tolist() == ["adv-1"]
+
+
+def test_parquet_columns_named_twice_or_of_impossible_types_are_refused(tmp_path):
+    """A repeated column name printed pyarrow's schema dump over a dozen lines; a struct id, a
+    boolean bid and a duration price were stored as "{'a': 1}", 1.0 and 2.0."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    directory = write_dir(tmp_path / "in", auctions=None, delivery=None)
+    (directory / "advertisers.csv").unlink()
+    columns = [pa.array(["adv-1"]), pa.array(["A"]), pa.array(["d"]), pa.array(["B"])]
+    names = ["advertiser_id", "name", "description", "name"]
+    _parquet(directory, "advertisers", pa.Table.from_arrays(columns, names=names))
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.parquet'}: column(s) named twice: name"
+    ]
+    (directory / "advertisers.parquet").unlink()
+    write_dir(directory, auctions=None, delivery=None)
+    auctions = pa.table(
+        {
+            "auction_id": pa.array([{"a": 1}]),
+            "advertiser_id": ["adv-1"],
+            "ts": [dt.datetime(2026, 3, 2)],
+            "bid_ecpm": [True],
+            "market_price_ecpm": pa.array([2], pa.duration("s")),
+            "won": [False],
+            "paid_ecpm": pa.nulls(1, pa.float64()),
+        }
+    )
+    _parquet(directory, "auctions", auctions)
+    file = directory / "auctions.parquet"
+    assert _problems(directory) == [
+        f"{file}: column auction_id has Parquet type struct<a: int64>, which cannot hold a text "
+        "value",
+        f"{file}: column bid_ecpm has Parquet type bool, which cannot hold a number value",
+        f"{file}: column market_price_ecpm has Parquet type duration[s], which cannot hold a "
+        "number value",
+    ]
+
+
+def test_a_table_file_that_is_a_dangling_link_is_refused(tmp_path):
+    """It was skipped as if absent: the other tables loaded and ingest exited 0."""
+    directory = write_dir(tmp_path / "in", delivery=None)
+    (directory / "delivery.csv").symlink_to(tmp_path / "gone.csv")
+    assert _problems(directory) == [
+        f"{directory / 'delivery.csv'}: a symbolic link to {tmp_path / 'gone.csv'}, which does "
+        "not exist"
+    ]
+
+
+def test_dates_take_two_digit_months_and_days_and_prices_the_exact_limit(tmp_path):
+    """2026-3-2 was taken for 2026-03-02 (README: YYYY-MM-DD); 1000000000000.000001, whose float
+    is 1e12 exactly, was stored at 1000000000000000001 micros, above the limit."""
+    delivery = DELIVERY.assign(
+        date=["2026-3-2", "2026-03-01", "2026-03-02"],
+        bid_ecpm=["1", "1000000000000.000001", "1000000000000"],
+    )
+    directory = write_dir(tmp_path / "in", delivery=delivery)
+    file = directory / "delivery.csv"
+    assert _problems(directory) == [
+        f"{file}: row 1: date is not a YYYY-MM-DD date",
+        f"{file}: row 2: bid_ecpm is above 1e+12 (implausible)",
+    ]
