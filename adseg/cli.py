@@ -813,7 +813,8 @@ def print_nightly(result, windows) -> None:
     mape = result.result.mape
     out.print(
         f"run {result.run_id}: train {windows.train_start}..{windows.train_end}, "
-        f"evaluate {windows.eval_start}..{windows.eval_end}, {result.n_segments} segments"
+        f"evaluate {windows.eval_start}..{windows.eval_end}, {result.n_segments} "
+        f"segment{'s' if result.n_segments != 1 else ''}"
     )
     _print_mape_tables(mape, result.truth_ari)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
@@ -999,7 +1000,8 @@ def segment_command(
         raise CliError(str(exc)) from None
     if not quiet:
         for name, labels in (done["segments"] | done["single_view"]).items():
-            out.print(f"{name}: {len(set(labels[labels >= 0].tolist()))} segments", markup=False)
+            count = len(set(labels[labels >= 0].tolist()))
+            out.print(f"{name}: {count} segment{'s' if count != 1 else ''}", markup=False)
         _print_left_out(done["left_out"])
     if done["dropped"]:  # the failure itself was logged as a warning when it happened
         err.print(

@@ -249,6 +249,13 @@ def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) ->
             "pairs): ingest the others first."
         )
     _require_window_data(windows, counts["train_auctions"], counts["eval_delivery"])
+    last = reads.delivery_date_range(engine)[1]
+    if windows.eval_end > last:  # given by hand: the report would name days it never scored
+        warnings.warn(
+            f"the evaluation window {windows.eval_start}..{windows.eval_end} ends after the "
+            f"last delivery day in the database ({last}): only the days up to {last} are scored",
+            stacklevel=2,
+        )
     if config.n_segments is not None:
         _check_n_segments(config.n_segments, counts["advertisers"])
 

@@ -510,6 +510,21 @@ def test_bad_windows_and_fusers_are_rejected(loaded, db_url):
     assert store.list_runs(loaded).empty
 
 
+def test_an_evaluation_window_past_the_data_is_named_in_a_warning(loaded, market_dir):
+    """The run said "evaluate 03-07..03-20" and scored the one day there was, without a word."""
+    import datetime as dt
+
+    first, last = reads.delivery_date_range(loaded)
+    day = dt.timedelta(days=1)
+    windows = pipeline.Windows(first, last - 2 * day, last - day, last + 10 * day)
+    with pytest.warns(
+        UserWarning,
+        match=f"ends after the last delivery day in the database "
+        f"\\({last}\\): only the days up to {last} are scored",
+    ):
+        pipeline.check_run_inputs(loaded, windows, _config(market_dir))
+
+
 def test_bad_seed_and_segments_are_rejected_before_a_run_is_written(loaded, db_url):
     for args in (["--seed", "-1"], ["--seed", str(2**32)], ["--segments", "0"]):
         res = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet", *args])
