@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -237,7 +237,8 @@ _NO_ADVERTISERS = "the database has no advertisers: ingest data first (`adseg in
 def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) -> None:
     """Refuse data that cannot make a run before its run row is written (three COUNT queries):
     no advertisers, no auction samples in the training window, no delivery in the evaluation
-    window, or more --segments than advertisers. ``pull`` checks the data it reads again."""
+    window, or more --segments than advertisers. ``pull`` checks the data it reads again. Warns
+    when the evaluation window ends after the data (one more query: the delivery dates)."""
     counts = reads.window_counts(
         engine, (windows.train_start, windows.train_end), (windows.eval_start, windows.eval_end)
     )
@@ -900,7 +901,7 @@ def _segment_parameters(
     fused: list[str],
     k: int,
     *,
-    dropped: list[str] = (),
+    dropped: Sequence[str] = (),
     truth_ari: dict[str, float] | None = None,
 ) -> dict:
     """A run's parameters after ``adseg segment``: the fusers whose segments it now holds (those
