@@ -237,3 +237,25 @@ def test_sccbg_cluster_ids_name_the_original_labels():
     fuser = FUSERS["sccbg"](n_clusters=2, random_state=0).fit(labels)
     # by clustering, then by first appearance: the order of graph_'s columns
     assert fuser.cluster_ids_.tolist() == [[0, 10], [0, 42], [1, 7], [1, 3]]
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("trce", {"noise": "no"}),  # was run with the noise term on
+        ("trce", {"learn_alpha": None}),
+        ("sccbg", {"compress": "bad"}),
+        ("sccbg", {"relaxation": True}),  # was taken as ω = 1
+        ("rcc", {"store_error": "bad"}),
+        ("rcc", {"normalize": 0}),
+        ("l2", {"normalize": 1}),
+        ("rcc", {"n_init": True}),
+    ],
+)
+def test_on_off_and_choice_parameters_are_checked(name, options):
+    from adseg.consensus import FUSERS
+
+    labels = np.random.RandomState(0).randint(0, 3, (30, 4))
+    (parameter,) = options
+    with pytest.raises((TypeError, ValueError), match=parameter):
+        FUSERS[name](n_clusters=3, random_state=0, **options).fit(labels)

@@ -106,13 +106,27 @@ def test_links_invariant_to_renaming_and_column_order():
     np.testing.assert_array_equal(omega3, omega[np.ix_(p, p)])
 
 
-def test_missing_labels_follow_co_association():
-    labels = np.array([[0, 0], [0, -1], [1, 0], [-1, -1]])
+def test_missing_labels_links_are_the_meet_and_transitive():
+    """With -1 entries Ω was A == 1, which linked items that never met in a column labelling
+    both: (0, -1)–(0, 0)–(-1, 0) linked the first two and the last two, not the first and the
+    last (spec §1.3, §9.3: Ω is the meet's same-cell relation, transitive)."""
+    labels = np.array([[0, 0], [0, -1], [1, 0], [-1, -1], [0, 0]])
     A, omega = coassociation_and_links(labels)
     np.testing.assert_allclose(A, co_association(labels))
-    assert omega[0, 1] and not omega[0, 2] and not omega[1, 2]
+    assert omega[0, 4] and not omega[0, 1] and not omega[0, 2] and not omega[1, 2]
     # an item in no clustering has no links at all, not even to itself
     assert not omega[3].any() and not A[3].any()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        labels = rng.integers(0, 3, (40, 4))
+        labels[rng.random(labels.shape) < 0.4] = -1
+        labels[:, 0][labels[:, 0] == -1] = 0  # no all -1 column
+        _, omega = coassociation_and_links(labels)
+        covered = (labels != -1).any(axis=1)
+        same_row = (labels[:, None, :] == labels[None, :, :]).all(axis=2)
+        np.testing.assert_array_equal(omega, same_row & covered[:, None] & covered[None, :])
+        two_step = (omega.astype(int) @ omega.astype(int)) > 0
+        np.testing.assert_array_equal(two_step, omega)
 
 
 # --- SVT operators (§9.5–11) ---------------------------------------------------------------

@@ -476,3 +476,21 @@ def test_missing_labels_are_singletons_as_the_fuser_contract_asks():
     fused = TRCE(n_clusters=3, random_state=0).fit(labels).labels_
     np.testing.assert_array_equal(fused, TRCE(n_clusters=3, random_state=0).fit(filled).labels_)
     assert clustering_accuracy(truth, fused) == 1.0
+
+
+def test_items_labelled_nowhere_do_not_take_a_cluster_of_their_own():
+    """Each such item was a component of the learned graph by itself (a singleton in every
+    clustering), so two of them among three clean clusters of ten merged two real clusters."""
+    from sklearn.metrics import adjusted_rand_score
+
+    y = np.repeat(np.arange(3), 10)
+    labels = np.column_stack([y, (y + 1) % 3, 2 - y])
+    labels[[0, 15], :] = -1
+    fitted = TRCE(n_clusters=3, random_state=0).fit(labels)
+    covered = np.ones(30, dtype=bool)
+    covered[[0, 15]] = False
+    assert adjusted_rand_score(y[covered], fitted.labels_[covered]) == 1.0
+    assert np.unique(fitted.labels_).size == 3
+    assert fitted.labels_[0] == fitted.labels_[15]  # both in the largest cluster
+    assert fitted.graph_.shape == (30, 30) and fitted.graph_[[0, 15]].nnz == 0
+    assert fitted.instance_weights_[[0, 15]].tolist() == [0.0, 0.0]

@@ -161,6 +161,14 @@ def check_integer(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+def check_flag(name: str, value) -> bool:
+    """A fuser's on/off parameter: TypeError unless a bool (``noise="no"`` was taken as true,
+    ``normalize=0`` as False)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False; got {value!r}.")
+    return bool(value)
+
+
 def check_weights(weights, n_clusterings: int) -> np.ndarray:
     """Per-clustering weights: non-negative, finite, not all zero; None means equal weights."""
     if weights is None:

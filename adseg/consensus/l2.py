@@ -28,6 +28,7 @@ from sklearn.cluster import KMeans
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    check_integer,
     co_association,
     top_eigenvectors,
 )
@@ -96,7 +97,8 @@ class L2CC(BaseFuser):
 
     def _fit(self, labels: np.ndarray) -> None:
         _check_assign(self.assign_labels)
-        if self.normalize not in (True, False):  # RCC's "l1" form has no L2CC counterpart here
+        check_integer("n_init", self.n_init)
+        if not isinstance(self.normalize, bool | np.bool_):  # RCC's "l1" form: none for L2CC
             raise ValueError(f"normalize must be True or False; got {self.normalize!r}.")
         M = co_association(labels, self.weights, normalize=self.normalize)
         vals, H = top_eigenvectors(M, self.n_clusters)

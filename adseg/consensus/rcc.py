@@ -82,6 +82,7 @@ from sklearn.exceptions import ConvergenceWarning
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    check_flag,
     check_integer,
     check_real,
     check_weights,
@@ -339,7 +340,9 @@ class RCC(BaseFuser):
             raise ValueError(
                 f"assign_labels must be one of {_ASSIGN_METHODS}; got {self.assign_labels!r}."
             )
-        if self.normalize not in (True, False, "l1"):
+        check_integer("n_init", self.n_init)
+        check_flag("store_error", self.store_error)
+        if not (isinstance(self.normalize, bool | np.bool_) or self.normalize == "l1"):
             raise ValueError(f"normalize must be True, False or 'l1'; got {self.normalize!r}.")
         if self.eigen_solver not in _SOLVERS:
             raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")

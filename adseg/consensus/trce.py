@@ -62,8 +62,10 @@ import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
 from adseg.consensus._base import (
+    MISSING,
     BaseFuser,
     assign_labels,
+    check_flag,
     check_integer,
     check_real,
     missing_as_singletons,
@@ -125,8 +127,9 @@ class TRCE(BaseFuser):
     Attributes
     ----------
     labels_ : (n,) int64, clusters 0..z−1 numbered by smallest member index.
-    graph_ : scipy.sparse.csr_matrix (n, n), the learned clean consensus A (rows sum to 1).
-    instance_weights_ : (n,) float, w.
+    graph_ : scipy.sparse.csr_matrix (n, n), the learned clean consensus A (rows sum to 1; an
+        item labelled in no clustering has an empty row: it joins the largest cluster).
+    instance_weights_ : (n,) float, w (0 for an item labelled in no clustering: not fitted).
     clustering_weights_ : (m,) float, α (Σ 1/α_k = 1).
     n_components_ : int, connected components of the final graph (before any fallback).
     labels_path_ : str, "components" (the graph had c components), "components-after-repair"
@@ -192,6 +195,8 @@ class TRCE(BaseFuser):
         check_integer("max_iter", self.max_iter, 1)
         check_integer("min_iter", self.min_iter, 1)
         check_integer("repair_iters", self.repair_iters, 0)
+        for flag in ("learn_alpha", "learn_w", "noise"):
+            check_flag(flag, getattr(self, flag))
         if self.on_mismatch not in _ON_MISMATCH:
             raise ValueError(
                 f"on_mismatch must be one of {_ON_MISMATCH}; got {self.on_mismatch!r}."
@@ -209,6 +214,32 @@ class TRCE(BaseFuser):
 
     # ------------------------------------------------------------------ fit
     def _fit(self, labels: np.ndarray) -> None:
+        """Fit on the items some clustering labels; the rest join the largest cluster. An item
+        labelled in no clustering is a singleton in every one (``missing_as_singletons``), so
+        the learned graph left it a component of its own, each taking one of the c clusters and
+        forcing real ones to merge (two such items among 3 clean clusters of 10 merged two of
+        them). It carries no evidence; the largest cluster is the likeliest home."""
+        covered = (labels != MISSING).any(axis=1)
+        if covered.all() or int(covered.sum()) <= int(self.n_clusters):
+            self._fit_covered(labels)
+            return
+        self._check_params(labels.shape[0])
+        self._fit_covered(labels[covered])
+        inside = self.labels_
+        full = np.full(labels.shape[0], np.bincount(inside).argmax(), dtype=np.int64)
+        full[covered] = inside
+        self.labels_ = relabel(full.reshape(-1, 1)).ravel()
+        index = np.flatnonzero(covered)
+        graph = self.graph_.tocoo()
+        n = labels.shape[0]
+        self.graph_ = sp.csr_matrix(
+            (graph.data, (index[graph.row], index[graph.col])), shape=(n, n)
+        )
+        weights = np.zeros(n)
+        weights[covered] = self.instance_weights_
+        self.instance_weights_ = weights
+
+    def _fit_covered(self, labels: np.ndarray) -> None:
         labels = missing_as_singletons(labels)
         n, m = labels.shape
         self._check_params(n)
