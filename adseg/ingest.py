@@ -265,11 +265,11 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     pyarrow or being stored as something else."""
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(path)
-    names = parquet.schema_arrow.names
-    if repeated := sorted({n for n in names if names.count(n) > 1}):
-        raise IngestError([Problem(str(path), f"column(s) named twice: {', '.join(repeated)}")])
-    table = parquet.read()
+    with pq.ParquetFile(path) as parquet:
+        names = parquet.schema_arrow.names
+        if repeated := sorted({n for n in names if names.count(n) > 1}):
+            raise IngestError([Problem(str(path), f"column(s) named twice: {', '.join(repeated)}")])
+        table = parquet.read()
     problems = [
         problem
         for name, column in zip(names, table.columns, strict=True)
