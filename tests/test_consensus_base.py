@@ -259,3 +259,17 @@ def test_on_off_and_choice_parameters_are_checked(name, options):
     (parameter,) = options
     with pytest.raises((TypeError, ValueError), match=parameter):
         FUSERS[name](n_clusters=3, random_state=0, **options).fit(labels)
+
+
+def test_rows_zero_but_for_round_off_land_in_one_cluster():
+    """An eigensolver leaves 1e-34 where an item labelled nowhere has a zero row; normalised,
+    that became an arbitrary unit vector, and l2 and lta scattered such items over clusters."""
+    from adseg.consensus._base import assign_labels
+
+    rng = np.random.default_rng(0)
+    centres = np.eye(3)
+    embedding = np.repeat(centres, 20, axis=0) + 0.01 * rng.standard_normal((60, 3))
+    noise = rng.standard_normal((8, 3)) * 1e-34
+    labels = assign_labels(np.vstack([embedding, noise]), 3, random_state=0)
+    assert np.unique(labels[60:]).size == 1
+    assert np.unique(labels[:60]).size == 3

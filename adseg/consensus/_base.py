@@ -320,7 +320,9 @@ def assign_labels(
 
     method="kmeans": k-means (n_init seeded starts) on the row-normalised rows (Ng–Jordan–Weiss).
     method="cluster_qr": the deterministic column-pivoted QR rounding (Damle, Minden, Ying 2019).
-    Rows that are all zero (items in no clustering) are kept and land in some cluster.
+    Rows that are all zero (items in no clustering) are kept and land in one cluster together;
+    so do rows that are zero but for round-off (norm ≤ 1e-10 × the largest): normalised, an
+    eigensolver's 1e-34 became an arbitrary unit vector and scattered those items.
     Returns (n,) int64 labels 0..k'-1 with no gaps, k' ≤ n_clusters (cluster_qr can leave a
     requested cluster empty).
     Cost O(n K² ) for cluster_qr, O(n K n_init iters) for k-means.
@@ -332,7 +334,8 @@ def assign_labels(
         return np.zeros(X.shape[0], dtype=np.int64)
     if method == "kmeans":
         norms = np.linalg.norm(X, axis=1, keepdims=True)
-        Xn = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+        nonzero = norms > 1e-10 * norms.max()
+        Xn = np.divide(X, norms, out=np.zeros_like(X), where=nonzero)
         km = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=random_state)
         return km.fit_predict(Xn).astype(np.int64)
     if method == "cluster_qr":
