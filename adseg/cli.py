@@ -355,9 +355,13 @@ def main(
     ] = None,
 ) -> None:
     """adseg: segment advertisers by robust consensus clustering and forecast their delivery."""
+    import logging
     import warnings
 
     warnings.showwarning = _show_warning
+    # psycopg logs "error ignored terminating <psycopg.Copy [BAD]>" when a COPY is cut off with
+    # the connection: a second line beside the error the command itself reports (1 run in 8)
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     ctx.with_resource(signals_as_exceptions())  # until the command returns
 
 
