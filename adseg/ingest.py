@@ -337,13 +337,12 @@ def _parquet_column_problems(file: str, name: str, column) -> list[Problem]:
     import pyarrow as pa
 
     arrow_type = column.type
-    if not _parquet_type_fits(_PARQUET_KINDS[name], arrow_type):
+    kind = _PARQUET_KINDS[name]
+    if not _parquet_type_fits(kind, arrow_type):
+        what = "a date or timestamp" if kind == "time" else f"a {kind}"
         return [
             Problem(
-                file,
-                f"column {name} has Parquet type {arrow_type}, which cannot hold "
-                f"{'a' if _PARQUET_KINDS[name] != 'time' else 'a date or'} "
-                f"{_PARQUET_KINDS[name].replace('time', 'timestamp')} value",
+                file, f"column {name} has Parquet type {arrow_type}, which cannot hold {what} value"
             )
         ]
     if pa.types.is_dictionary(arrow_type):

@@ -12,7 +12,9 @@ def create_beside(path: Path, mode: int = 0o666) -> tuple[int, Path]:
     (an open write descriptor, its path). O_EXCL: a file or symbolic link already there under
     that name is never opened or written through (a predictable name in a shared folder could
     be pre-planted as a link to another file), and two writers never share one. ``mode`` as
-    for os.open (the umask applies)."""
+    for os.open (the umask applies): why not tempfile.mkstemp, which always creates 0600 — a
+    new report must get the permissions any new file gets, and the umask cannot be read
+    without setting it."""
     for _ in range(100):
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:

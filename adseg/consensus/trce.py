@@ -223,8 +223,7 @@ class TRCE(BaseFuser):
         if covered.all() or int(covered.sum()) <= int(self.n_clusters):
             self._fit_covered(labels)
             return
-        self._check_params(labels.shape[0])
-        self._fit_covered(labels[covered])
+        self._fit_covered(labels[covered])  # it checks the parameters
         inside = self.labels_
         full = np.full(labels.shape[0], np.bincount(inside).argmax(), dtype=np.int64)
         full[covered] = inside

@@ -46,8 +46,7 @@ def query_frame(conn: Connection, stmt, columns: list[str]) -> pd.DataFrame:
     """The rows of ``stmt`` as a frame with ``columns``. Built from plain tuples: a SQLAlchemy
     Row is not a tuple to pandas 3, which took each through a slow path that raised an
     exception per row (1.6 s for 550,000 auction rows, against 0.15 s)."""
-    rows = [tuple(row) for row in conn.execute(stmt)]
-    return pd.DataFrame.from_records(rows, columns=columns, nrows=len(rows))
+    return pd.DataFrame.from_records([tuple(row) for row in conn.execute(stmt)], columns=columns)
 
 
 def table_counts(engine: Engine) -> dict[str, int]:
