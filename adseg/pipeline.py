@@ -306,10 +306,20 @@ def build_views(data: PulledData, config: NightlyConfig):
 def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int | None) -> int:
     """The number of consensus segments: as requested, else the median cluster count of the
     KS-view base clusterings (the views that measure what the forecast uses); one segment when
-    those views find no difference between advertisers."""
+    those views find no difference between advertisers. A requested count above the number of
+    distinct label rows is refused naming --segments (no fuser can tell those advertisers apart;
+    the median is never above it). Cost O(n m log n) for that count."""
     n = labels.shape[0]
     if requested is not None:
-        return _check_n_segments(requested, n)
+        _check_n_segments(requested, n)
+        distinct = np.unique(labels, axis=0).shape[0]
+        if requested > distinct:
+            raise ValueError(
+                f"--segments {requested} is more than the base clusterings can tell apart: the "
+                f"{n} advertisers fall in {distinct} groups with identical labels in every view; "
+                f"ask for at most {distinct}."
+            )
+        return requested
     ks = columns[columns["view"] != "text"]["n_clusters"]
     k = int(np.median(ks)) if len(ks) else int(np.median(columns["n_clusters"]))
     return int(min(max(k, 1), n))

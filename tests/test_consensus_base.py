@@ -224,11 +224,26 @@ def test_a_refit_forgets_the_last_fits_learned_attributes():
 
 
 def test_cluster_qr_rounding_leaves_no_gaps_in_the_labels():
-    """4 distinct rows, 5 clusters asked: cluster_qr left label 1 empty ([0, 2, 3, 4])."""
-    labels = np.repeat(np.array([[0, 0], [1, 1], [2, 2], [0, 1]]), 5, axis=0)
-    fuser = FUSERS["rcec"](n_clusters=5, assign_labels="cluster_qr", random_state=0).fit(labels)
-    found = np.unique(fuser.labels_)
-    np.testing.assert_array_equal(found, np.arange(found.size))
+    """4 distinct embedding rows, 5 clusters asked: cluster_qr leaves label 0 empty ([1, 2, 3, 4])
+    and assign_labels closes the gap. (A fuser no longer gets here: it refuses K above the
+    number of distinct label rows, see the next test.)"""
+    embedding = np.repeat(np.random.default_rng(0).normal(size=(4, 5)), 5, axis=0)
+    found = np.unique(assign_labels(embedding, 5, method="cluster_qr"))
+    np.testing.assert_array_equal(found, np.arange(4))
+
+
+@pytest.mark.parametrize("name", sorted(FUSERS))
+def test_every_fuser_refuses_more_clusters_than_distinct_label_rows(name):
+    """Items with identical label rows cannot be told apart. The fusers used to disagree when K
+    exceeded the g distinct rows: rcc, l2, lta and trce split identical items by round-off,
+    rcec returned fewer clusters with a warning, sccbg raised. Now all raise, naming g; K = g
+    still fits, and -1 counts as a value (rows that differ only in a missing label differ)."""
+    rows = np.array([[0, 0], [1, 1], [2, 2], [0, -1]])
+    labels = np.repeat(rows, [3, 2, 4, 1], axis=0)
+    with pytest.raises(ValueError, match="n_clusters=5 exceeds the 4 distinct label rows"):
+        FUSERS[name](n_clusters=5, random_state=0).fit(labels)
+    fitted = FUSERS[name](n_clusters=4, random_state=0).fit(labels)
+    assert fitted.labels_.shape == (10,) and set(fitted.labels_) <= set(range(4))
 
 
 def test_sccbg_cluster_ids_name_the_original_labels():

@@ -1343,9 +1343,14 @@ def test_one_segment_when_the_ks_views_find_no_difference():
     labels = np.zeros((50, 4), dtype=np.int64)
     assert pipeline.choose_n_segments(columns, labels, None) == 1
     assert pipeline.choose_n_segments(columns.assign(n_clusters=[9, 7, 8, 20]), labels, None) == 8
-    assert pipeline.choose_n_segments(columns, labels, 5) == 5
+    five_groups = np.tile(np.arange(50)[:, None] % 5, (1, 4))
+    assert pipeline.choose_n_segments(columns, five_groups, 5) == 5
     with pytest.raises(ValueError, match="--segments must be between 1 and 50"):
         pipeline.choose_n_segments(columns, labels, 51)
+    two_groups = np.repeat(np.array([[0, 1, 0, 3], [1, 0, 1, 3]]), 25, axis=0)
+    assert pipeline.choose_n_segments(columns, two_groups, 2) == 2
+    with pytest.raises(ValueError, match="--segments 3 is more than .* 2 groups"):
+        pipeline.choose_n_segments(columns, two_groups, 3)
 
 
 def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -354,8 +355,6 @@ def test_bad_parameters_are_refused(params, error):
         ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 2, [0, 0, 1, 1, 0]),
         # ... or is a segment of its own while fewer than k are used
         ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 3, [0, 0, 1, 1, 2]),
-        # k above the graph's eigenvectors (zero padding columns)
-        ([[0, 0], [0, 0], [1, 1], [1, 1]], 3, [0, 0, 1, 1]),
     ],
 )
 def test_discretize_handles_orphans_and_padding(labels, k, expected):
@@ -367,3 +366,14 @@ def test_discretize_handles_orphans_and_padding(labels, k, expected):
         )
     assert ari(expected, pred) == 1.0
     assert pred.min() == 0 and pred.max() < k
+
+
+def test_discretize_pads_when_k_exceeds_the_graphs_eigenvectors():
+    """k = 7 ≤ the 8 distinct rows of three binary clusterings, but the graph has only their
+    6 clusters' eigenvectors: the embedding is padded with zero columns, which discretize must
+    not turn into NaN. (The old case, k above the distinct rows, is now refused at the door.)"""
+    rows = np.array(list(itertools.product([0, 1], repeat=3)))
+    labels = np.repeat(rows, 2, axis=0)
+    pred = RCEC(n_clusters=7, assign_labels="discretize", random_state=0).fit_predict(labels)
+    assert pred.min() == 0 and pred.max() < 7
+    np.testing.assert_array_equal(pred[0::2], pred[1::2])  # identical rows share a segment

@@ -135,6 +135,23 @@ def check_n_clusters(n_clusters, n_items: int) -> int:
     return int(n_clusters)
 
 
+def check_distinct_rows(labels: np.ndarray, n_clusters: int) -> None:
+    """Refuse ``n_clusters`` above the number g of distinct label rows (-1 counts as a value).
+
+    Items with identical rows are indistinguishable to every fuser, so a K above g could only be
+    reached by splitting such items at random; the fusers used to differ there (some split by
+    round-off, sccbg raised, rcec returned fewer clusters). Cost O(n m log n), one row sort.
+    """
+    if n_clusters <= 1:
+        return
+    distinct = np.unique(labels, axis=0).shape[0]
+    if n_clusters > distinct:
+        raise ValueError(
+            f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows: items with "
+            "identical base labels cannot be told apart."
+        )
+
+
 def check_real(
     name: str, value, *, low: float = 0.0, low_inclusive: bool = False, high: float | None = None
 ) -> float:
@@ -392,6 +409,7 @@ class BaseFuser(ClusterMixin, BaseEstimator):
     def _validate(self, labels) -> np.ndarray:
         labels = check_labels(labels)
         check_n_clusters(self.n_clusters, labels.shape[0])
+        check_distinct_rows(labels, self.n_clusters)
         return labels
 
     def fit(self, labels, y=None):

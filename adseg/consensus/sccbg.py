@@ -509,11 +509,6 @@ class SCCBG(BaseFuser):
             raise ValueError(
                 f"n_clusters={c} exceeds the {k} clusters of all base clusterings together."
             )
-        if c > uniq.shape[0]:
-            raise ValueError(
-                f"n_clusters={c} exceeds the {uniq.shape[0]} distinct label rows: items with "
-                "identical base labels cannot be told apart."
-            )
         cluster_ids = np.empty((k, 2), dtype=np.int64)
         cluster_ids[:, 0] = block_of
         for b in range(m):  # loop over clusterings
