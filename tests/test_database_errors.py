@@ -368,3 +368,110 @@ def test_a_failed_migration_on_sqlite_rolls_back_every_revision(tmp_path, monkey
     tables = set(pd.read_sql("SELECT name FROM sqlite_master WHERE type = 'table'", engine).name)
     assert "base_clustering_columns" not in tables  # 0002's table, rolled back with the rest
     engine.dispose()
+
+
+# --- 4. a SQLite database in a folder this user cannot write -----------------------------------
+
+
+def _idle_database(folder: Path) -> str:
+    """A migrated SQLite database in ``folder`` with no connection open (no -wal, no -shm)."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    url = f"sqlite:///{folder / 'adseg.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    assert not any((folder / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
+    return url
+
+
+def _read_and_try_to_write(url: str) -> tuple[str, str]:
+    """The revision read through make_engine, and the error a write gets."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        revision = migrate.current_revision(engine)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("CREATE TABLE scratch (x INTEGER)"))
+            written = "written"
+        except OperationalError as exc:
+            written = str(exc.orig)
+    finally:
+        engine.dispose()
+    return revision, written
+
+
+def test_an_idle_wal_database_in_a_read_only_folder_is_read_without_locks(
+    tmp_path, monkeypatch, caplog
+):
+    """An analyst could not read the nightly's database from a folder they cannot write: SQLite
+    must create the WAL index (-shm) beside a WAL database before it reads it, so even a
+    read-only open failed with 'attempt to write a readonly database'. Now such a file is opened
+    immutable (read-only, no locks), with a warning; a write still fails, and nothing is created
+    beside the file."""
+    from adseg.store import engine as engine_module
+    from adseg.store import migrate
+
+    url = _idle_database(tmp_path)
+    monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+    with caplog.at_level("WARNING", logger="adseg.store.engine"):
+        revision, written = _read_and_try_to_write(url)
+    assert revision == migrate.head_revision()
+    assert "readonly database" in written
+    assert "its folder is not writable by this user" in caplog.text
+    assert not any((tmp_path / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
+    # a WAL file beside it means a connection has it open: SQLite's own read-only WAL path
+    # (through the existing -shm) is used, with locks, so no immutable open
+    (tmp_path / "adseg.db-wal").touch()
+    assert engine_module._idle_read_only_file(url) is None
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as 'nobody'"
+)
+def test_another_user_reads_the_database_from_a_folder_they_cannot_write(tmp_path, monkeypatch):
+    """The same with real permissions: root writes the database into a 0755 folder, and a child
+    process that has become uid/gid 65534 reads it (before the fix: 'attempt to write a
+    readonly database') and cannot write it."""
+    import tempfile
+
+    from adseg.store import engine as engine_module
+    from adseg.store import migrate
+
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="adseg-ro-"))  # /tmp: others can enter
+    try:
+        folder.chmod(0o755)
+        url = _idle_database(folder)
+        (folder / "adseg.db").chmod(0o644)
+        with monkeypatch.context() as patched:  # load every module the read needs, as root
+            patched.setattr(engine_module, "_folder_writable", lambda f: False, raising=False)
+            _read_and_try_to_write(url)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: become 'nobody', read, report through the pipe, exit
+            outcome = "error"
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                outcome = "|".join(_read_and_try_to_write(url))
+            except BaseException as exc:  # everything goes back to the parent's assertion
+                outcome = f"error {type(exc).__name__}: {exc}"
+            finally:
+                os.write(write_end, outcome.encode())
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as stream:
+            outcome = stream.read()
+        os.waitpid(pid, 0)
+        revision, _, written = outcome.partition("|")
+        assert revision == migrate.head_revision(), outcome
+        assert "readonly database" in written
+        assert not any((folder / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
+    finally:
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()

@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from adseg.config import sqlite_file
+
+log = logging.getLogger(__name__)
+
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
     """Create an engine. SQLite gets foreign keys on, WAL journalling (readers don't block the
-    nightly writer) and a busy timeout so two processes wait instead of failing at once."""
+    nightly writer) and a busy timeout so two processes wait instead of failing at once.
+
+    A SQLite file in a folder this user cannot write, with no WAL file beside it, is opened
+    read-only without locks (:func:`_idle_read_only_file`): SQLite cannot otherwise read a WAL
+    database there, because it must create the WAL index (``-shm``) first."""
+    kwargs = {}
+    if (file := _idle_read_only_file(url)) is not None:
+        log.warning(
+            "%s: its folder is not writable by this user, so SQLite cannot create the lock "
+            "files beside it; reading it read-only, without locks (a nightly that starts "
+            "writing it meanwhile could make this read inconsistent: run the command again)",
+            file,
+        )
+        kwargs["creator"] = _immutable_connector(file)
     try:
-        engine = create_engine(url, echo=echo, future=True)
+        engine = create_engine(url, echo=echo, future=True, **kwargs)
     except ModuleNotFoundError as exc:  # e.g. postgresql+asyncpg:// without asyncpg installed
         raise ValueError(
             f"database URL: its driver needs the Python package {exc.name!r}, which is not "
@@ -41,3 +62,36 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             cur.close()
 
     return engine
+
+
+def _idle_read_only_file(url: str) -> Path | None:
+    """The SQLite file of ``url`` when it exists, its folder is not writable by this process
+    and no ``-wal`` file lies beside it (no connection has it open: the last one to close
+    checkpoints and removes the WAL); None otherwise. With a WAL file present SQLite reads the
+    database read-only through the existing ``-shm``, so nothing special is needed."""
+    try:
+        file = sqlite_file(url)
+    except ArgumentError:
+        return None  # create_engine names the bad URL
+    if file is None or not file.is_file():
+        return None
+    wal = file.with_name(file.name + "-wal")
+    if _folder_writable(file.resolve().parent) or wal.exists():
+        return None
+    return file
+
+
+def _folder_writable(folder: Path) -> bool:
+    """Whether this process may create files in ``folder`` (root may, whatever the mode)."""
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def _immutable_connector(file: Path):
+    """A DB-API connect function opening ``file`` as an immutable read-only SQLite database:
+    no locks, no ``-shm``; a write fails with 'attempt to write a readonly database'."""
+    uri = f"file:{quote(str(file.resolve()))}?immutable=1"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    return connect
