@@ -452,7 +452,9 @@ def db_unlock(
     force: Annotated[
         bool,
         typer.Option(
-            "--force", help="Also clear a lock held by another host (adseg cannot check it)."
+            "--force",
+            help="Also clear a lock held by another host (adseg cannot check it), or by a "
+            "process of this host that still exists (its id now another program's).",
         ),
     ] = False,
     database_url_: DatabaseUrl = None,
@@ -722,8 +724,9 @@ def nightly(
 
     Exit codes: 0 done, 1 the run failed (recorded in its run row) or completed but a report
     file could not be written, 2 bad input, 75 another
-    nightly run holds the lock, or the database server cannot be reached, turns the login away
-    for now or goes away during the run (retry later),
+    nightly run holds the lock, another process has held the SQLite database's write lock for
+    30 s, or the database server cannot be reached, turns the login away for now or goes away
+    during the run (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
     standard output went away."""
     from sqlalchemy.exc import DatabaseError

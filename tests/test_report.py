@@ -368,3 +368,51 @@ def test_the_cli_table_says_how_many_advertisers_had_no_supply_forecast(capsys):
     _print_mape_tables(_stored_style_mape(n_missing_forecast=[0, 0, 1, 1]))
     text = " ".join(capsys.readouterr().out.split())
     assert "1 advertiser with no training delivery to forecast supply from" in text
+
+
+# the options every command shows in --help, beyond the ones the README covers for all commands
+_README_COMMANDS = (
+    ("nightly",),
+    ("views",),
+    ("segment",),
+    ("forecast",),
+    ("report",),
+    ("runs",),
+    ("sample", "generate"),
+    ("db", "upgrade"),
+    ("db", "unlock"),
+)
+
+
+def _cli_command(*names: str):
+    import typer
+
+    from adseg.cli import app
+
+    command = typer.main.get_command(app)
+    for name in names:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("names", _README_COMMANDS, ids=" ".join)
+def test_the_readme_documents_every_option_of_the_analysts_commands(names):
+    """An option only --help knows of (nightly's --verbose, sample generate's --train-days
+    were) is one a new analyst never finds in the command reference."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    everywhere = {"--help", "--database-url", "--quiet"}
+    options = [
+        opt
+        for param in _cli_command(*names).params
+        for opt in param.opts
+        if opt.startswith("--") and opt not in everywhere
+    ]
+    missing = [opt for opt in options if not re.search(re.escape(opt) + r"(?![\w-])", readme)]
+    assert not missing, f"adseg {' '.join(names)}: README.md does not mention {missing}"
+
+
+def test_db_unlock_force_help_names_both_cases_the_readme_gives():
+    """--force also clears a lock of a live process of this host (its id reused by another
+    program): the error of `db unlock` says so, and the help said only "another host"."""
+    [force] = [p for p in _cli_command("db", "unlock").params if "--force" in p.opts]
+    assert "another host" in force.help and "this host" in force.help
