@@ -16,12 +16,17 @@ import scipy.sparse as sp
 
 
 def shared_dir() -> Path | None:
-    """The shared folder, or None when it is absent (a user's fresh clone)."""
-    candidates = []
+    """The shared folder, or None when it is absent (a user's fresh clone). ``$ADSEG_SHARED_DIR``,
+    when set, must name a folder holding ``datasets/`` (FileNotFoundError naming it otherwise):
+    falling back to ../shared would run a benchmark on data other than the data asked for."""
     if env := os.environ.get("ADSEG_SHARED_DIR"):
-        candidates.append(Path(env))
-    candidates.append(Path(__file__).resolve().parents[2] / "shared")
-    candidates.append(Path.cwd().parent / "shared")
+        if not (Path(env) / "datasets").is_dir():
+            raise FileNotFoundError(
+                f"ADSEG_SHARED_DIR={env} holds no datasets/ folder: point it at the folder that "
+                "holds datasets/, or unset it to use ../shared beside the project root."
+            )
+        return Path(env)
+    candidates = [Path(__file__).resolve().parents[2] / "shared", Path.cwd().parent / "shared"]
     for c in candidates:
         if (c / "datasets").is_dir():
             return c

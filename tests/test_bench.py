@@ -146,3 +146,15 @@ def test_the_recorded_command_is_the_one_that_ran(monkeypatch):
     nice = f"nice -n {niceness} " if niceness else ""
     expected = f"OPENBLAS_NUM_THREADS=1 {nice}.venv/bin/python benchmarks/rcc_scaling.py"
     assert command == f"{expected} --sizes 1000 'a b'"
+
+
+def test_a_shared_dir_variable_naming_no_datasets_folder_is_an_error(tmp_path, monkeypatch):
+    """$ADSEG_SHARED_DIR naming a folder without datasets/ was ignored, and ../shared used in
+    its place: a benchmark ran on other data than the data asked for, with exit 0."""
+    from adseg.datasets import shared_dir
+
+    monkeypatch.setenv("ADSEG_SHARED_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"ADSEG_SHARED_DIR={tmp_path} holds no datasets/"):
+        shared_dir()
+    (tmp_path / "datasets").mkdir()
+    assert shared_dir() == tmp_path
