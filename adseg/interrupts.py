@@ -10,6 +10,7 @@ partial results, releases the lock and terminates its workers.
 from __future__ import annotations
 
 import signal
+import threading
 from contextlib import contextmanager
 
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
@@ -81,15 +82,33 @@ def signals_as_exceptions():
 
 @contextmanager
 def signals_deferred():
-    """While inside, SIGINT, SIGTERM and SIGHUP wait (blocked in this thread) and are delivered
-    on the way out: for a few steps that must not be cut in two, such as renaming a set of
-    finished files into place. Keep the inside short."""
-    handled = {signal.SIGINT, *TERMINATING}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    """While inside, SIGINT, SIGTERM and SIGHUP wait and are delivered on the way out: for a
+    few steps that must not be cut in two, such as renaming a set of finished files into place.
+    Keep the inside short.
+
+    Blocking them in this thread is not enough: ``kill`` signals the process, and the kernel
+    then hands the signal to any thread that does not block it (OpenBLAS's and Arrow's workers
+    block nothing), whose C handler makes Python run the handler in the main thread at once —
+    inside. So in the main thread, where Python runs its handlers, the handlers are also
+    replaced by one that only notes the signal, which is raised again on the way out. In
+    another thread the handlers cannot be replaced, nor do they run there: only the mask."""
+    handled = (signal.SIGINT, *TERMINATING)
+    noted: list[int] = []
+    previous_handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in handled:
+            # None: a handler not installed from Python, which could not be put back
+            if signal.getsignal(signum) is not None:
+                previous_handlers[signum] = signal.signal(signum, lambda s, _: noted.append(s))
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)  # runs the noting handler for any signal pending
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # those blocked here arrive
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)  # to this thread: its own handler raises, or it ends
 
 
 def exit_code(exc: BaseException) -> int:

@@ -7,7 +7,13 @@ import signal
 
 import pytest
 
-from adseg.interrupts import Terminated, check_pending, exit_code, signals_as_exceptions
+from adseg.interrupts import (
+    Terminated,
+    check_pending,
+    exit_code,
+    signals_as_exceptions,
+    signals_deferred,
+)
 
 
 def _swallowed(signum: int) -> None:
@@ -41,6 +47,38 @@ def test_the_handlers_raise_at_once_and_are_restored():
             os.kill(os.getpid(), signal.SIGTERM)
             signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("another_thread", [False, True], ids=["main-only", "another-thread"])
+def test_a_deferred_stop_arrives_on_the_way_out_whichever_thread_takes_it(another_thread):
+    """`kill` signals the process and the kernel hands it to any thread not blocking it (an
+    OpenBLAS or Arrow worker): blocked in the main thread only, the handler still ran there at
+    once, inside the block. The handlers in place before the block are back after it."""
+    import threading
+    import time
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    if another_thread:
+        other.start()
+    steps = []
+    try:
+        with signals_as_exceptions():
+            handler = signal.getsignal(signal.SIGTERM)
+            with pytest.raises(Terminated), signals_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10_000):  # until another thread has taken it (at most 10 s)
+                    if not another_thread or signal.SIGTERM not in signal.sigpending():
+                        break
+                    time.sleep(0.001)
+                signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary: handlers run
+                steps.append("inside, after the signal")
+            assert steps == ["inside, after the signal"]
+            assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        stop.set()
+        if another_thread:
+            other.join()
 
 
 def test_fusing_stops_on_a_stop_whose_exception_was_swallowed():

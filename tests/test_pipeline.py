@@ -1410,6 +1410,43 @@ def test_a_stop_while_the_lock_is_taken_waits_until_the_run_row_names_it(
     assert store.lock_holder(loaded) is None
 
 
+def test_a_stop_while_the_lock_is_taken_waits_also_when_another_thread_takes_it(
+    loaded, market_dir, monkeypatch
+):
+    """`kill` signals the process, and the kernel hands the signal to a thread that does not
+    block it: OpenBLAS's worker (in any run without OPENBLAS_NUM_THREADS=1), Arrow's after a
+    Parquet read. Blocking it in the main thread alone then held nothing back: the handler ran
+    in the main thread at once and the run was stopped before its row existed (no run, so
+    nothing to mark failed). An idle thread here takes the signal for certain."""
+    import time
+
+    from adseg.interrupts import Terminated, signals_as_exceptions
+
+    real_create = store.create_run
+
+    def interrupted_create(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):  # until the idle thread has taken it (at most 10 s)
+            if signal.SIGTERM not in signal.sigpending():
+                break
+            time.sleep(0.001)
+        return real_create(*args, **kwargs)
+
+    monkeypatch.setattr(store, "create_run", interrupted_create)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        with signals_as_exceptions(), pytest.raises(Terminated):
+            pipeline.run_nightly(loaded, config=_config(market_dir))
+    finally:
+        stop.set()
+        other.join()
+    runs = store.list_runs(loaded)
+    assert len(runs) == 1 and runs["status"].tolist() == ["failed"]
+    assert store.lock_holder(loaded) is None
+
+
 def test_the_next_nightly_fails_a_running_run_that_no_lock_names(loaded, market_dir):
     """What a process killed between the two old transactions left behind (or any version
     before): a 'running' run for good. Under the lock, every other 'running' run is orphaned."""
