@@ -371,6 +371,53 @@ def _parquet_column_problems(file: str, name: str, column) -> list[Problem]:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    """A CSV as a frame of text, by Arrow's reader when it accepts the file (every record as wide
+    as the header, valid UTF-8: then it equals what pandas reads, in a quarter of the time and
+    without the second pass below), else by pandas, whose path finds and names what is wrong."""
+    cells = _read_csv_arrow(path)
+    if cells is None:
+        cells = _read_csv_pandas(path)
+    frame = cells.iloc[1:].reset_index(drop=True)
+    frame.columns = list(cells.iloc[0])
+    return frame
+
+
+def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
+    """The file's records (header first) as text columns, or None when Arrow refuses it: a record
+    wider or narrower than the first, invalid UTF-8, no data, a field over its block size, or
+    anything else it raises. Arrow keeps a blank-looking record that pandas skips (a line of
+    spaces) only in a one-column file, which is refused here too. On the demo's 307,000 auction
+    rows: 0.2 s against pandas' 0.8 s plus 0.35 s for the second pass (2026-11-24)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=_ARROW_TEXT_COLUMNS,
+                null_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowException, OSError, ValueError):
+        return None  # pandas reads it again and owns the error
+    if table.num_columns < 2 or not all(pa.types.is_string(t) for t in table.schema.types):
+        return None
+    cells = table.to_pandas()
+    cells.columns = range(table.num_columns)
+    return cells
+
+
+# Arrow names the columns f0, f1, …: every one of them text, as pandas' dtype=str (a wider file
+# gets inferred types past this and goes to pandas)
+_ARROW_TEXT_COLUMNS = {f"f{i}": "string" for i in range(1024)}
+
+
+def _read_csv_pandas(path: Path) -> pd.DataFrame:
     """Read a CSV with its header row as the first row of data, so that pandas neither takes the
     first column for an index when rows are one field longer than the header (a trailing comma
     would shift every value one column left) nor drops extra fields: any row longer than the
@@ -397,9 +444,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     if len(cells) > 1 and (cells.iloc[1:, -1] == "").any():
         if problems := _rows_of_wrong_width(path):
             raise IngestError(problems)
-    frame = cells.iloc[1:].reset_index(drop=True)
-    frame.columns = list(cells.iloc[0])
-    return frame
+    return cells
 
 
 def _rows_of_wrong_width(path: Path) -> list[Problem]:

@@ -903,3 +903,87 @@ def test_dates_take_two_digit_months_and_days_and_prices_the_exact_limit(tmp_pat
         f"{file}: row 1: date is not a YYYY-MM-DD date",
         f"{file}: row 2: bid_ecpm is above 1e+12 (implausible)",
     ]
+
+
+# --- the two CSV readers: Arrow's (fast) agrees with pandas' wherever it accepts a file ---------
+
+_CSV_CORNERS = {
+    "plain": "a,b,c\n1,2,3\n4,5,6\n",
+    "crlf": "a,b,c\r\n1,2,3\r\n4,5,6\r\n",
+    "cr only": "a,b,c\r1,2,3\r4,5,6\r",
+    "bom": "\ufeffa,b,c\n1,2,3\n",
+    "bom, quoted header": '\ufeff"a",b,c\n1,2,3\n',
+    "blank lines": "a,b,c\n\n1,2,3\n\n\n4,5,6\n",
+    "blank lines first": "\n\na,b,c\n1,2,3\n",
+    "line of spaces": "a,b,c\n   \n1,2,3\n",
+    "line of spaces, one column": "a\n1\n \n2\n",
+    "one column": "a\n1\n\n2\n",
+    "quoted newline": 'a,b,c\n1,"x\ny",3\n',
+    "quoted CRLF": 'a,b,c\r\n1,"x\r\ny",3\r\n',
+    "quoted comma": 'a,b,c\n1,"x,y",3\n',
+    "doubled quote": 'a,b,c\n1,"x""y",3\n',
+    "quote inside a field": 'a,b,c\n1,ab"c,3\n',
+    "text after a closing quote": 'a,b,c\n1,"ab"c,3\n',
+    "space before a quote": 'a,b,c\n1, "ab",3\n',
+    "empty quoted": 'a,b,c\n1,"",3\n"","",""\n',
+    "empty last field": "a,b,c\n1,2,\n",
+    "commas only": "a,b,c\n,,\n1,2,3\n",
+    "short row": "a,b,c\n1,2\n",
+    "long row": "a,b,c\n1,2,3,4\n",
+    "trailing comma everywhere": "a,b,c,\n1,2,3,\n",
+    "unterminated quote": 'a,b,c\n1,"x,3\n',
+    "header only": "a,b,c\n",
+    "empty": "",
+    "no final newline": "a,b,c\n1,2,3",
+    "spaces around": "a , b,c\n 1 ,2 , 3\n",
+    "NA words": "a,b,c\nNA,null,NaN\n",
+    "hash": "a,b,c\n#1,2,3\n",
+    "unicode": "a,b,c\nü,—,日本\n",
+    "NUL": "a,b,c\n1,\x002,3\n",
+    "vertical tab": "a,b,c\n1,\x0b,3\n",
+    "form feed line": "a,b,c\n\x0c\n1,2,3\n",
+    "semicolons": "a;b;c\n1;2;3\n",
+    "a long field": "a,b,c\n1," + "x" * 200_000 + ",3\n",
+    "80 columns": "\n".join(",".join(f"{c}{i}" for i in range(80)) for c in ("c", "")) + "\n",
+}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+@pytest.mark.parametrize("name", sorted(_CSV_CORNERS))
+def test_arrows_csv_reader_equals_pandas_wherever_it_accepts_a_file(name, suffix, tmp_path):
+    """Ingest reads a CSV by Arrow's reader (4× faster, no second pass for short rows) and falls
+    back to pandas' whenever Arrow refuses the file. So Arrow must give exactly pandas' cells,
+    types included, on every file it accepts; pandas must accept it too."""
+    from adseg.ingest import _read_csv_arrow, _read_csv_pandas
+
+    data = _CSV_CORNERS[name].encode("utf-8")
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    fast = _read_csv_arrow(path)
+    if fast is not None:
+        pd.testing.assert_frame_equal(fast, _read_csv_pandas(path))
+
+
+def test_arrow_reads_the_sample_marketplace_and_refuses_what_pandas_must_report(tmp_path):
+    """The fast path is taken on ordinary files (else the speed-up silently disappears), and not
+    on a file with a row of the wrong width or bad UTF-8, whose errors pandas' path words."""
+    from adseg.ingest import IngestError, _read_csv_arrow, read_table_file
+
+    good = tmp_path / "auctions.csv"
+    good.write_text(
+        "auction_id,advertiser_id,ts,bid_ecpm,market_price_ecpm,won,paid_ecpm\n"
+        'a1,adv,2026-03-02T00:00:00Z,1.5,1.0,true,1.0\na2,adv,2026-03-02T01:00:00Z,"1.5",2,f,\n',
+        encoding="utf-8",
+    )
+    assert _read_csv_arrow(good) is not None
+    assert read_table_file(good)["paid_ecpm"].tolist() == ["1.0", ""]
+    short = tmp_path / "short.csv"
+    short.write_text("a,b,c\n1,2,3\n1,2\n", encoding="utf-8")
+    assert _read_csv_arrow(short) is None
+    with pytest.raises(IngestError, match="row 2: fewer fields than the 3 of the header"):
+        read_table_file(short)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("a,b,c\n1,\xe9,3\n".encode("latin-1"))
+    assert _read_csv_arrow(latin) is None
+    with pytest.raises(UnicodeDecodeError):
+        read_table_file(latin)
