@@ -401,8 +401,10 @@ def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, po
     while it holds it; the Pool's terminate() then waits for that lock for ever, and the run
     hung holding the nightly lock. Here nothing is shared: whatever ends the loop (Ctrl-C,
     SIGTERM, a failing primary fuser raised by the caller) kills and reaps the workers still
-    running. Results are awaited in short polls so that a stop signal whose exception was lost
-    (at-fork hooks swallow exceptions) still stops the stage (interrupts.check_pending)."""
+    running. Each worker is forked with stop signals deferred: raised in an at-fork hook, a
+    stop's exception was swallowed there with an 'Exception ignored' traceback on stderr.
+    Results are awaited in short polls so that a stop signal whose exception was lost
+    nonetheless still stops the stage (interrupts.check_pending)."""
     import multiprocessing
     from multiprocessing.connection import wait
 
@@ -414,7 +416,8 @@ def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, po
                 receive, send = multiprocessing.Pipe(duplex=False)
                 args = (send, name, labels, n_segments, seed)
                 worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
-                worker.start()
+                with signals_deferred():  # a stop raised in an at-fork hook printed a traceback
+                    worker.start()
                 send.close()  # the worker's end: EOF here once the worker is gone
                 running[receive] = (name, worker)
             check_pending()
@@ -473,6 +476,8 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in TERMINATING:
         signal.signal(signum, signal.SIG_DFL)
+    # forked inside signals_deferred(): the parent's blocked mask is inherited
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, *TERMINATING))
     if sys.platform == "linux":
         import ctypes
 
