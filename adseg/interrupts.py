@@ -104,11 +104,29 @@ def signals_deferred():
     try:
         yield
     finally:
-        for signum, handler in previous_handlers.items():
-            signal.signal(signum, handler)  # runs the noting handler for any signal pending
+        stop = _restore_handlers(previous_handlers)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # those blocked here arrive
+        if stop is not None:
+            raise stop
         for signum in dict.fromkeys(noted):
             signal.raise_signal(signum)  # to this thread: its own handler raises, or it ends
+
+
+def _restore_handlers(previous: dict) -> BaseException | None:
+    """Put ``previous`` handlers back, every one of them, and return the first exception one of
+    them raised meanwhile. ``signal.signal`` first runs the handlers of signals that arrived (in
+    any thread; another thread may run its C handler late), and a handler already put back
+    raises there: that stopped the loop, and left the others, and the mask, as they were inside
+    the block — SIGTERM blocked in the main thread for good (a test run saw it)."""
+    stop = None
+    for signum, handler in previous.items():
+        while True:  # the call that ran a raising handler did not swap this one yet
+            try:
+                signal.signal(signum, handler)
+                break
+            except BaseException as exc:
+                stop = stop or exc
+    return stop
 
 
 def exit_code(exc: BaseException) -> int:

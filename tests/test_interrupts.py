@@ -81,6 +81,31 @@ def test_a_deferred_stop_arrives_on_the_way_out_whichever_thread_takes_it(anothe
             other.join()
 
 
+def test_a_stop_raised_while_the_handlers_are_put_back_leaves_nothing_blocked(monkeypatch):
+    """Putting a handler back first runs the handlers of signals that arrived, and one already
+    put back raises there: a SIGTERM taken by another thread whose C handler ran late did that
+    on the way out of the block. The loop stopped, and SIGTERM stayed blocked in the main
+    thread (and SIGHUP's handler the block's) for the rest of the process: a later test's
+    subprocess inherited the mask and could not be stopped. Here the raise is made certain."""
+    real_signal = signal.signal
+    raised = []
+
+    def signal_with_a_late_stop(signum, handler):
+        if signum == signal.SIGHUP and handler is not None and not raised:
+            raised.append(signum)
+            raise Terminated(signal.SIGTERM)  # what the pending check does, before the swap
+        return real_signal(signum, handler)
+
+    with signals_as_exceptions():
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        with pytest.raises(Terminated), signals_deferred():
+            monkeypatch.setattr(signal, "signal", signal_with_a_late_stop)
+        monkeypatch.setattr(signal, "signal", real_signal)
+        assert raised == [signal.SIGHUP]
+        assert {s: signal.getsignal(s) for s in handlers} == handlers
+        assert not {signal.SIGTERM, signal.SIGHUP} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def test_fusing_stops_on_a_stop_whose_exception_was_swallowed():
     """The fuser workers' results are awaited in short polls, so a SIGTERM lost while the pool
     forked (its at-fork hooks swallow exceptions) still stops the stage."""
