@@ -20,6 +20,7 @@ import difflib
 import gzip
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
@@ -391,6 +392,8 @@ def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    if not path.is_file():  # a named pipe is read once, by pandas (a second read would wait)
+        return None
     try:
         table = pacsv.read_csv(
             path,
@@ -407,9 +410,35 @@ def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
         return None  # pandas reads it again and owns the error
     if table.num_columns < 2 or not all(pa.types.is_string(t) for t in table.schema.types):
         return None
+    if _ends_inside_quotes(path, table.column(table.num_columns - 1)[-1].as_py()):
+        return None
     cells = table.to_pandas()
     cells.columns = range(table.num_columns)
     return cells
+
+
+def _ends_inside_quotes(path: Path, last_cell: str) -> bool:
+    """Whether the file may end inside a quoted field (a file cut off mid-record): Arrow then
+    takes everything to the end as the field's text, so a quote left open in a description
+    swallowed the records after it and loaded without a word, where pandas stops with 'EOF
+    inside string'. Such a field is the last record's last (a record cut short is refused for
+    its width), opened by a quote after a comma and running to the end of the file, so the
+    file ends with ``,"`` and the cell's text, its quotes doubled. True also when the file's
+    end cannot be read (pandas' path reads it again and words the problem)."""
+    tail = ('"' + last_cell.replace('"', '""')).encode("utf-8")
+    n = len(tail) + 1
+    end = bytearray()
+    try:
+        with _open(path, "rb") as stream:
+            if not path.name.endswith(".gz"):
+                stream.seek(max(0, stream.seek(0, os.SEEK_END) - n))
+            while chunk := stream.read(1 << 20):
+                end += chunk
+                if len(end) > 2 * n:
+                    del end[:-n]
+    except (OSError, EOFError, zlib.error):
+        return True
+    return bytes(end[-n:]) == b"," + tail
 
 
 # Arrow names the columns f0, f1, …: every one of them text, as pandas' dtype=str (a wider file
