@@ -475,3 +475,54 @@ def test_another_user_reads_the_database_from_a_folder_they_cannot_write(tmp_pat
         for child in folder.iterdir():
             child.unlink()
         folder.rmdir()
+
+
+def test_a_link_to_a_database_being_written_reads_its_wal(tmp_path, monkeypatch):
+    """SQLite follows a symbolic link to the database and keeps the -wal and -shm beside the
+    target. The -wal was looked for beside the link, so a database with a live WAL, reached
+    through a link, was opened immutable: the transactions committed to its WAL were not read
+    (a run the nightly had finished was missing), with a warning naming the link's folder."""
+    from adseg.store import engine as engine_module
+    from adseg.store.engine import make_engine
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    _idle_database(tmp_path / "data")
+    (tmp_path / "links" / "adseg.db").symlink_to(tmp_path / "data" / "adseg.db")
+    writer = sqlite3.connect(tmp_path / "data" / "adseg.db")
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")  # the row stays in the WAL
+        writer.execute("CREATE TABLE committed_in_wal (x INTEGER)")
+        writer.execute("INSERT INTO committed_in_wal VALUES (1)")
+        writer.commit()
+        assert (tmp_path / "data" / "adseg.db-wal").exists()
+        monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+        url = f"sqlite:///{tmp_path / 'links' / 'adseg.db'}"
+        assert engine_module._idle_read_only_file(url) is None
+        engine = make_engine(url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text("SELECT x FROM committed_in_wal")).all()
+        finally:
+            engine.dispose()
+        assert rows == [(1,)]
+    finally:
+        writer.close()
+
+
+def test_a_database_this_user_cannot_read_gets_no_read_only_warning(tmp_path, monkeypatch):
+    """A database file this user may not read (0600, another owner) in a folder they cannot
+    write was announced as 'reading it read-only, without locks' just before SQLite's 'unable
+    to open database file': it is left to that error alone."""
+    from adseg.store import engine as engine_module
+
+    url = _idle_database(tmp_path)
+    database = str(tmp_path / "adseg.db")
+    real_access = os.access
+    monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+    monkeypatch.setattr(
+        engine_module.os,
+        "access",
+        lambda path, mode, **kw: False if str(path) == database else real_access(path, mode, **kw),
+    )
+    assert engine_module._idle_read_only_file(url) is None

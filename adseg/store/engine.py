@@ -65,18 +65,23 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
 
 
 def _idle_read_only_file(url: str) -> Path | None:
-    """The SQLite file of ``url`` when it exists, its folder is not writable by this process
-    and no ``-wal`` file lies beside it (no connection has it open: the last one to close
-    checkpoints and removes the WAL); None otherwise. With a WAL file present SQLite reads the
-    database read-only through the existing ``-shm``, so nothing special is needed."""
+    """The SQLite file of ``url`` (a link followed) when it exists, this process may read it,
+    its folder is not writable by this process and no ``-wal`` file lies beside it (no
+    connection has it open: the last one to close checkpoints and removes the WAL); None
+    otherwise. With a WAL file present SQLite reads the database read-only through the existing
+    ``-shm``, so nothing special is needed. SQLite follows a symbolic link to the database and
+    keeps its ``-wal`` beside the target, so that is where it is looked for: beside the link, a
+    live WAL was missed and its committed transactions went unread. A file this user cannot
+    read is left to SQLite's own error, without the warning that it is being read."""
     try:
         file = sqlite_file(url)
     except ArgumentError:
         return None  # create_engine names the bad URL
     if file is None or not file.is_file():
         return None
+    file = file.resolve()
     wal = file.with_name(file.name + "-wal")
-    if _folder_writable(file.resolve().parent) or wal.exists():
+    if _folder_writable(file.parent) or wal.exists() or not os.access(file, os.R_OK):
         return None
     return file
 
