@@ -246,6 +246,29 @@ def test_every_fuser_refuses_more_clusters_than_distinct_label_rows(name):
     assert fitted.labels_.shape == (10,) and set(fitted.labels_) <= set(range(4))
 
 
+_WEIGHTED_FUSERS = sorted(
+    name for name, fuser in FUSERS.items() if "weights" in fuser().get_params()
+)
+
+
+@pytest.mark.parametrize("name", _WEIGHTED_FUSERS)
+def test_a_clustering_of_weight_zero_tells_no_rows_apart(name):
+    """A clustering of weight 0 changes no entry of the fused matrix, so rows that differ only
+    there cannot be told apart either. They were counted as distinct: asked for 3 clusters
+    where the weighted clusterings see 2 groups, rcc and l2 split the second group by the
+    random start ([0 0 0 0 2 2 1 1] with one seed, [0 0 0 0 1 1 2 2] with another), kc returned
+    2. Now refused, naming the weight; K = 2 fits."""
+    labels = np.array([[0, 0], [0, 1], [0, 0], [0, 1], [1, 2], [1, 3], [1, 2], [1, 3]])
+    with pytest.raises(
+        ValueError, match="n_clusters=3 exceeds the 2 distinct label rows .*weight 0"
+    ):
+        FUSERS[name](n_clusters=3, weights=[1.0, 0.0], random_state=0).fit(labels)
+    fitted = FUSERS[name](n_clusters=3, weights=[1.0, 0.5], random_state=0).fit(labels)
+    assert len(set(fitted.labels_)) == 3
+    fitted = FUSERS[name](n_clusters=2, weights=[1.0, 0.0], random_state=0).fit(labels)
+    assert fitted.labels_.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
 def test_sccbg_cluster_ids_name_the_original_labels():
     """They were the internal 0..k_v-1 numbers, not the (clustering, label) the docs promise."""
     labels = np.array([[10, 7], [10, 3], [42, 7], [42, 3]])

@@ -135,20 +135,29 @@ def check_n_clusters(n_clusters, n_items: int) -> int:
     return int(n_clusters)
 
 
-def check_distinct_rows(labels: np.ndarray, n_clusters: int) -> None:
+def check_distinct_rows(labels: np.ndarray, n_clusters: int, weights=None) -> None:
     """Refuse ``n_clusters`` above the number g of distinct label rows (-1 counts as a value).
 
     Items with identical rows are indistinguishable to every fuser, so a K above g could only be
     reached by splitting such items at random; the fusers used to differ there (some split by
-    round-off, sccbg raised, rcec returned fewer clusters). Cost O(n m log n), one row sort.
+    round-off, sccbg raised, rcec returned fewer clusters). A clustering of weight 0 (a fuser's
+    ``weights``) tells no items apart, so it is left out of the rows: counted, it let rcc and l2
+    split items identical in every weighted clustering by the random start, and kc return
+    fewer clusters than asked. Cost O(n m log n), one row sort.
     """
     if n_clusters <= 1:
         return
+    ignored = ""
+    if weights is not None:
+        weighted = check_weights(weights, labels.shape[1]) > 0
+        if not weighted.all():
+            labels = labels[:, weighted]
+            ignored = f" ({int((~weighted).sum())} clustering(s) of weight 0 left out)"
     distinct = np.unique(labels, axis=0).shape[0]
     if n_clusters > distinct:
         raise ValueError(
-            f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows: items with "
-            "identical base labels cannot be told apart."
+            f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows{ignored}: items "
+            "with identical base labels cannot be told apart."
         )
 
 
@@ -409,7 +418,7 @@ class BaseFuser(ClusterMixin, BaseEstimator):
     def _validate(self, labels) -> np.ndarray:
         labels = check_labels(labels)
         check_n_clusters(self.n_clusters, labels.shape[0])
-        check_distinct_rows(labels, self.n_clusters)
+        check_distinct_rows(labels, self.n_clusters, getattr(self, "weights", None))
         return labels
 
     def fit(self, labels, y=None):
