@@ -96,10 +96,14 @@ def signals_deferred():
     noted: list[int] = []
     previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        for signum in handled:
-            # None: a handler not installed from Python, which could not be put back
-            if signal.getsignal(signum) is not None:
-                previous_handlers[signum] = signal.signal(signum, lambda s, _: noted.append(s))
+        try:
+            for signum in handled:
+                # None: a handler not installed from Python, which could not be put back
+                if signal.getsignal(signum) is not None:
+                    previous_handlers[signum] = signal.signal(signum, lambda s, _: noted.append(s))
+        except BaseException:  # a stop that arrived just before: those swapped go back first
+            _restore_handlers(previous_handlers)
+            raise
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
     try:
         yield
