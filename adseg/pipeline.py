@@ -416,10 +416,13 @@ def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, po
                 receive, send = multiprocessing.Pipe(duplex=False)
                 args = (send, name, labels, n_segments, seed)
                 worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
-                with signals_deferred():  # a stop raised in an at-fork hook printed a traceback
+                # deferred: a stop raised in an at-fork hook printed a traceback. The worker is
+                # counted as running inside: a stop delivered as the block ends left it out of
+                # those killed below, computing on (until this process exited)
+                with signals_deferred():
                     worker.start()
+                    running[receive] = (name, worker)
                 send.close()  # the worker's end: EOF here once the worker is gone
-                running[receive] = (name, worker)
             check_pending()
             for receive in wait(list(running), timeout=poll):
                 name, worker = running.pop(receive)
@@ -658,6 +661,7 @@ def _locked_run(
             message = error_text(exc)
             log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())
+            _free_frames(exc)
             marked = _cleanup(
                 "mark run %s failed",
                 run_id,
@@ -673,6 +677,26 @@ def _locked_run(
             )
         elif holder is not None:  # this process no longer holds it: the next run takes it over
             store.forget_lock(engine, "nightly")
+
+
+def _free_frames(exc: BaseException) -> None:
+    """Clear the locals of the finished frames in ``exc``'s traceback (and in those of the
+    exceptions it chains), before the clean-up writes: whatever only they held is freed now, not
+    when the exception is. A stop that lands inside SQLAlchemy after the driver ran a statement
+    but before its result is set up (an INSERT of the forecast stage) makes SQLAlchemy invalidate
+    the connection, hard-closing it instead of rolling back; SQLite closes such a connection only
+    once its statements are freed (sqlite3_close_v2), and its cursor was referenced from the
+    traceback: its write transaction held the database, and marking the run failed waited out
+    the busy timeout (30 s) and failed with 'database is locked', leaving the run 'running' and
+    the lock held (2 stops in 46). The executing frames (the caller's) are left as they are."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
 
 
 def _cleanup(what: str, run_id: int | None, step: Callable[[], None]) -> bool:
@@ -838,6 +862,9 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
         timings[f"adseg {stage}"] = {"total": round(time.perf_counter() - t0, 3), **details}
         store.set_timings(engine, run_id, timings, parameters)
         return out
+    except BaseException as exc:
+        _free_frames(exc)  # before releasing the lock: see _free_frames
+        raise
     finally:
         if holder is not None:
             store.release_lock(engine, "nightly", holder)

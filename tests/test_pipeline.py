@@ -1455,3 +1455,72 @@ def test_the_next_nightly_fails_a_running_run_that_no_lock_names(loaded, market_
     assert store.get_run(loaded, orphan)["status"] == "failed"
     assert "no lock named the run" in store.get_run(loaded, orphan)["error"]
     assert store.get_run(loaded, done.run_id)["status"] == "completed"
+
+
+def test_a_stop_inside_sqlalchemy_after_an_insert_still_marks_the_run_failed(
+    loaded, market_dir, monkeypatch
+):
+    """A stop landing inside SQLAlchemy after the driver ran an INSERT, before its result is
+    set up, makes SQLAlchemy invalidate (hard-close) the connection rather than roll it back;
+    SQLite keeps such a connection's write transaction until its statements are freed, and the
+    traceback held them. Marking the run failed then waited out the busy timeout and failed
+    ('database is locked'): the run was left 'running' and the lock held (SIGTERM / Ctrl-C at
+    the forecast stage's writes, 2 stops in 46)."""
+    if loaded.dialect.name != "sqlite":
+        pytest.skip("SQLite closes an invalidated connection only once its statements are freed")
+    from sqlalchemy import event, text
+    from sqlalchemy.engine import default
+
+    @event.listens_for(loaded, "connect")
+    def short_busy_timeout(dbapi_conn, _record):  # after make_engine's 30 s: the test is quick
+        dbapi_conn.execute("PRAGMA busy_timeout=2000")
+
+    loaded.dispose()  # the pooled connections were made with the 30 s timeout
+    real_setup = default.DefaultExecutionContext._setup_result_proxy
+    stopped = []
+
+    def setup_then_stop(context):
+        if not stopped and str(context.statement).startswith("INSERT INTO forecasts"):
+            stopped.append(True)  # the driver has run it; its result is not set up yet
+            raise KeyboardInterrupt
+        return real_setup(context)
+
+    monkeypatch.setattr(default.DefaultExecutionContext, "_setup_result_proxy", setup_then_stop)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        pipeline.run_nightly(loaded, config=_config(market_dir))
+    assert stopped
+    run_id = raised.value.failed_run_id
+    run = store.get_run(loaded, run_id)
+    assert run["status"] == "failed"
+    assert run["error"] == "interrupted by SIGINT (Ctrl-C)"
+    assert store.lock_holder(loaded) is None
+    with loaded.connect() as conn:
+        for table in ("segments", "segment_cdfs", "forecasts", "metrics"):
+            count = f"SELECT count(*) FROM {table} WHERE run_id = :run_id"  # noqa: S608
+            assert conn.execute(text(count), {"run_id": run_id}).scalar() == 0, table
+
+
+def test_a_stop_as_a_fuser_worker_is_started_stops_that_worker_too(monkeypatch):
+    """A stop held back while a fuser worker is forked (signals_deferred) is raised as the block
+    ends: the worker just started was not yet among those the stage kills on its way out, and
+    went on computing (until the process exited; in a caller that carries on, to the end)."""
+    import multiprocessing
+
+    from adseg.interrupts import Terminated, signals_as_exceptions
+
+    real_start = multiprocessing.Process.start
+
+    def start_then_stop(self):
+        real_start(self)
+        os.kill(os.getpid(), signal.SIGTERM)  # held back until the worker has been started
+
+    monkeypatch.setattr(multiprocessing.Process, "start", start_then_stop)
+    labels = np.random.default_rng(0).integers(0, 8, size=(300, 10))
+    try:
+        with signals_as_exceptions(), pytest.raises(Terminated):
+            pipeline.fuse(labels, ["rcc", "l2"], 8, 0, "rcc", n_jobs=2)
+        assert multiprocessing.active_children() == []
+    finally:
+        for child in multiprocessing.active_children():  # what the old code left behind
+            child.kill()
+            child.join()
