@@ -1,5 +1,5 @@
 """``python -m adseg``: the same command line as the ``adseg`` entry point."""
 
-from adseg.cli import entry_point
+from adseg.entry import main
 
-entry_point()
+main()

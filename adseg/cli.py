@@ -1445,4 +1445,6 @@ def _click_exceptions() -> tuple[type, type]:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    entry_point()
+    from adseg.entry import main
+
+    main()

@@ -46,7 +46,8 @@ def _exception_for(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _raise_for_signal(signum: int, frame) -> None:
+def raise_for_signal(signum: int, frame) -> None:
+    """The stop handler: remember the signal (:func:`check_pending`) and raise its exception."""
     global _pending
     _pending = signum
     raise _exception_for(signum)
@@ -71,7 +72,7 @@ def signals_as_exceptions():
     global _pending
     _pending = None
     handled = (signal.SIGINT, *TERMINATING)
-    previous = {signum: signal.signal(signum, _raise_for_signal) for signum in handled}
+    previous = {signum: signal.signal(signum, raise_for_signal) for signum in handled}
     try:
         yield
     finally:

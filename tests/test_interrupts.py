@@ -266,3 +266,58 @@ def test_a_stop_during_the_commands_first_imports_is_a_stop_not_a_traceback(monk
         handle_errors(lambda: None)()
     assert caught.value.exit_code == 143
     assert "stopped" in capsys.readouterr().err
+
+
+_STOP_WHILE_IMPORTING = """
+import builtins, os, signal, sys
+real_import = builtins.__import__
+
+def stopping_import(name, *args, **kwargs):
+    if name == "adseg.cli":  # the slow half second: SQLAlchemy, Typer, rich
+        os.kill(os.getpid(), signal.{signal})
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = stopping_import
+sys.argv = ["adseg", "--version"]
+from adseg.entry import main
+main()
+"""
+
+_STOP_AS_THE_INTERPRETER_ENDS = """
+import atexit, os, signal, sys
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))  # after the command, at exit
+sys.argv = ["adseg", "--version"]
+from adseg.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "name, code, line",
+    [
+        ("SIGTERM", 143, "error: terminated by SIGTERM: stopped"),
+        ("SIGINT", 130, "error: interrupted by SIGINT (Ctrl-C): stopped"),
+    ],
+)
+def test_a_stop_while_the_command_line_is_imported_is_one_line(name, code, line):
+    """The handlers were installed once the command line was imported (half a second):
+    a SIGTERM before ended the process without its error line, a Ctrl-C printed a traceback."""
+    import subprocess
+    import sys
+
+    script = _STOP_WHILE_IMPORTING.replace("{signal}", name)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (code, line + "\n")
+
+
+def test_a_stop_after_the_command_has_finished_keeps_its_exit_status():
+    """The handlers were restored as the command returned: a SIGTERM while the interpreter shut
+    down killed the process, and a completed run's exit status said 'stopped' (-15 here)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOP_AS_THE_INTERPRETER_ENDS], capture_output=True, text=True
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("adseg ")

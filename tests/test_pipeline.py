@@ -1000,7 +1000,7 @@ def test_usage_errors_are_one_line_from_the_installed_command(args, message):
     from importlib.metadata import entry_points
 
     (script,) = entry_points(group="console_scripts", name="adseg")
-    assert script.value == "adseg.cli:entry_point"
+    assert script.value == "adseg.entry:main"  # stop handlers before the slow imports
     res = subprocess.run(
         [sys.executable, "-m", "adseg", *args], capture_output=True, text=True, timeout=120
     )
