@@ -36,6 +36,7 @@ from adseg.interrupts import (
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, the database server cannot be reached; retry
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
 
 app = typer.Typer(
@@ -145,11 +146,16 @@ class CliError(Exception):
         self.details = details or []
 
 
+_stop_reported = False
+"""Whether a command has printed the line of the stop that ended it (see entry_point)."""
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn known exceptions into a one-line reason on stderr and a non-zero exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        global _stop_reported
         try:
             # imported inside: a stop during these (slow, first) imports is a stop like any
             # other, not a traceback; the stop clause comes first, before these names are needed
@@ -161,6 +167,7 @@ def handle_errors(fn: Callable) -> Callable:
             check_pending()  # a stop whose exception was lost still exits as stopped
             return out
         except (KeyboardInterrupt, Terminated) as exc:
+            _stop_reported = True
             _fail(
                 f"{error_text(exc)}: stopped (a run in progress is marked failed, its partial "
                 "results deleted; nothing half-written is kept)",
@@ -1406,6 +1413,8 @@ def entry_point(args: list[str] | None = None) -> None:
     """The ``adseg`` command (and ``python -m adseg``): the Typer app, with usage errors (an
     unknown option, a value of the wrong type) as one ``error:`` line like every other error,
     instead of a boxed panel that wraps at 80 columns in a job log."""
+    global _stop_reported
+    _stop_reported = False
     usage_error, click_exception = _click_exceptions()
     try:
         result = app(args=args, prog_name="adseg", standalone_mode=False)
@@ -1422,6 +1431,10 @@ def entry_point(args: list[str] | None = None) -> None:
     except typer.Abort:
         err.print("error: aborted", markup=False)
         sys.exit(EXIT_FAILED)
+    if result == EXIT_INTERRUPTED and not _stop_reported:
+        # Typer turns a Ctrl-C outside the command (while it parses the arguments) into 130
+        # without a word; every other stop has its line
+        err.print(f"error: {error_text(KeyboardInterrupt())}: stopped", markup=False)
     sys.exit(result if isinstance(result, int) else 0)
 
 

@@ -321,3 +321,35 @@ def test_a_stop_after_the_command_has_finished_keeps_its_exit_status():
     )
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.startswith("adseg ")
+
+
+def test_a_ctrl_c_while_the_arguments_are_parsed_gets_its_line(monkeypatch, capsys):
+    """Typer turns a KeyboardInterrupt outside the command (while it parses the arguments) into
+    exit 130 without a word; the entry point now prints the stop's line, once."""
+    import typer.core
+
+    from adseg.cli import entry_point
+
+    def interrupted(self, ctx, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(typer.core.TyperGroup, "parse_args", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        entry_point(["runs"])
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "error: interrupted by SIGINT (Ctrl-C): stopped\n"
+
+
+def test_a_stop_inside_a_command_still_gets_one_line(monkeypatch, capsys, tmp_path):
+    """The line the command printed is not repeated by the entry point."""
+    import adseg.cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(adseg.cli, "_engine", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        adseg.cli.entry_point(["runs", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "interrupted by SIGINT (Ctrl-C): stopped (a run" in err
