@@ -13,15 +13,23 @@ from __future__ import annotations
 import signal
 import sys
 
-from adseg.interrupts import TERMINATING, Terminated, error_text, exit_code, raise_for_signal
+from adseg.interrupts import (
+    TERMINATING,
+    Terminated,
+    error_text,
+    exit_code,
+    handled_stops,
+    raise_for_signal,
+)
 
 STOPS = (signal.SIGINT, *TERMINATING)
 
 
 def main() -> None:
     """Run the ``adseg`` command line with stop signals as exceptions from its first instant;
-    exits with the command's status (128 + the signal's number when a stop ended it)."""
-    for signum in STOPS:
+    exits with the command's status (128 + the signal's number when a stop ended it). A stop
+    signal the process was started ignoring (``nohup``: SIGHUP) stays ignored throughout."""
+    for signum in handled_stops():
         signal.signal(signum, raise_for_signal)
     try:
         from adseg.cli import entry_point

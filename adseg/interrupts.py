@@ -5,6 +5,11 @@ Python then dies at once, leaving its run "running", the nightly lock held and f
 orphaned. The CLI turns these signals into :class:`Terminated` in the main thread, so the same
 clean-up as for Ctrl-C (KeyboardInterrupt) runs: the pipeline marks the run failed, deletes its
 partial results, releases the lock and terminates its workers.
+
+A stop signal the process was started ignoring stays ignored, as Python itself leaves an ignored
+SIGINT alone: ``nohup adseg nightly`` must outlive the terminal it was started from (SIGHUP), and a
+job a script started in the background (``&``, SIGINT ignored) must not be stopped by a Ctrl-C
+meant for the foreground.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ _pending: int | None = None
 """The signal last received while signals_as_exceptions() is active (None: none)."""
 
 
+def handled_stops() -> tuple[int, ...]:
+    """SIGINT, SIGTERM and SIGHUP, less those ignored now (SIG_IGN: ``nohup`` ignores SIGHUP, a
+    shell ignores SIGINT in a background job), which every stop handler here leaves ignored."""
+    return tuple(
+        signum
+        for signum in (signal.SIGINT, *TERMINATING)
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    )
+
+
 def _exception_for(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
@@ -68,10 +83,11 @@ def check_pending() -> None:
 def signals_as_exceptions():
     """While inside: SIGTERM and SIGHUP raise :class:`Terminated` and SIGINT KeyboardInterrupt
     in the main thread, and each is remembered for :func:`check_pending`; the previous handlers
-    are restored on the way out (so that a test process keeps its own)."""
+    are restored on the way out (so that a test process keeps its own). An ignored signal stays
+    ignored (:func:`handled_stops`)."""
     global _pending
     _pending = None
-    handled = (signal.SIGINT, *TERMINATING)
+    handled = handled_stops()
     previous = {signum: signal.signal(signum, raise_for_signal) for signum in handled}
     try:
         yield
@@ -99,8 +115,9 @@ def signals_deferred():
     if threading.current_thread() is threading.main_thread():
         try:
             for signum in handled:
-                # None: a handler not installed from Python, which could not be put back
-                if signal.getsignal(signum) is not None:
+                # None: a handler not installed from Python, which could not be put back;
+                # SIG_IGN: ignored since the process started (nohup), and so it stays
+                if signal.getsignal(signum) not in (None, signal.SIG_IGN):
                     previous_handlers[signum] = signal.signal(signum, lambda s, _: noted.append(s))
         except BaseException:  # a stop that arrived just before: those swapped go back first
             _restore_handlers(previous_handlers)

@@ -31,7 +31,13 @@ from threadpoolctl import threadpool_limits
 from adseg import __version__
 from adseg.consensus import FUSERS, canonical_name, describe_registered
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
-from adseg.interrupts import TERMINATING, check_pending, error_text, signals_deferred
+from adseg.interrupts import (
+    TERMINATING,
+    check_pending,
+    error_text,
+    handled_stops,
+    signals_deferred,
+)
 from adseg.metrics import ari
 from adseg.store import reads
 from adseg.store import results as store
@@ -474,11 +480,14 @@ def _worker_init() -> None:
     """In each fuser worker: Ctrl-C (SIGINT to the whole process group) is the parent's to
     handle — it marks the run failed and kills the workers — so a worker ignores it rather
     than print its own traceback; SIGTERM and SIGHUP get their default actions back (the parent's
-    handlers are inherited by fork); and on Linux the worker is sent SIGTERM if the parent dies
-    (kill -9), so no orphan keeps computing."""
+    handlers are inherited by fork) unless the parent ignores them (``nohup``: a hang-up that
+    spares the run must spare its workers); and on Linux the worker is sent SIGTERM if the
+    parent dies (kill -9), so no orphan keeps computing."""
+    stoppable = handled_stops()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in TERMINATING:
-        signal.signal(signum, signal.SIG_DFL)
+        if signum in stoppable:
+            signal.signal(signum, signal.SIG_DFL)
     # forked inside signals_deferred(): the parent's blocked mask is inherited
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, *TERMINATING))
     if sys.platform == "linux":

@@ -353,3 +353,93 @@ def test_a_stop_inside_a_command_still_gets_one_line(monkeypatch, capsys, tmp_pa
     assert stopped.value.code == 130
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "interrupted by SIGINT (Ctrl-C): stopped (a run" in err
+
+
+@pytest.fixture
+def hang_up_ignored():
+    """SIGHUP ignored, as ``nohup`` starts a command; the test process's handler is put back."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
+def test_a_signal_ignored_before_stays_ignored_inside_both_blocks(hang_up_ignored):
+    """`nohup adseg nightly` ignores SIGHUP so that the run outlives its terminal; the handlers
+    replaced that and a closed terminal stopped the run."""
+    with signals_as_exceptions():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGHUP)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary: nothing raises
+        check_pending()
+        with signals_deferred():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+        check_pending()
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # the others are handled
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+_NOHUP_FUSING_SCRIPT = """
+import sys, time
+import numpy as np
+from adseg import pipeline
+from adseg.consensus import FUSERS
+from adseg.consensus.l2 import L2CC
+from adseg.interrupts import signals_as_exceptions
+
+class Slow(L2CC):
+    def _fit(self, labels):
+        time.sleep(4)
+        return super()._fit(labels)
+
+FUSERS["slow"] = Slow
+labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
+with signals_as_exceptions():
+    print("fusing", flush=True)
+    fused, _, errors = pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
+    print("fused", sorted(fused), errors, flush=True)
+"""
+
+
+def test_a_hang_up_under_nohup_spares_the_run_and_its_fuser_workers():
+    """Under nohup a closed terminal's SIGHUP (sent to the whole process group) must change
+    nothing: the parent raised Terminated (exit 143) and the workers, given SIGHUP's default
+    action back, died."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _NOHUP_FUSING_SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    try:
+        assert proc.stdout.readline() == b"fusing\n"
+        time.sleep(2)  # the workers run; the slow one sleeps
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode() == "fused ['l2', 'slow'] {}\n"  # both fusers, no error
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_entry_point_leaves_an_ignored_hang_up_ignored():
+    """A SIGHUP while the command line is imported, under nohup: the command goes on."""
+    import subprocess
+    import sys
+
+    script = _STOP_WHILE_IMPORTING.replace("{signal}", "SIGHUP")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("adseg ")
