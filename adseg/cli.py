@@ -320,9 +320,11 @@ def show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def _engine(url_flag: str | None, *, create: bool = False):
+def _engine(url_flag: str | None, *, create: bool = False, writes: bool = True):
     """The engine for the URL. Only ``db upgrade`` may create a SQLite file: elsewhere a missing
-    file is a mistyped URL, and connecting would leave an empty database behind."""
+    file is a mistyped URL, and connecting would leave an empty database behind. ``writes``:
+    the command may write the database (see ``make_engine``: a SQLite file in a folder this
+    user cannot write is refused for writing, read without locks for reading)."""
     from adseg.store.engine import make_engine
 
     url = database_url(url_flag)
@@ -332,7 +334,7 @@ def _engine(url_flag: str | None, *, create: bool = False):
             f"no SQLite database at {file}: `adseg db upgrade` creates it "
             "(or check --database-url / $ADSEG_DATABASE_URL)"
         )
-    return make_engine(url)
+    return make_engine(url, writes=writes)
 
 
 def _require_schema(engine) -> None:
@@ -439,7 +441,7 @@ def db_current(
     from adseg.store import migrate
 
     url = database_url(database_url_)
-    engine = _engine(url)
+    engine = _engine(url, writes=False)
     current = migrate.check_known(engine)
     head = migrate.head_revision()
     if quiet:  # for scripts: `test "$(adseg db current -q)" = "$EXPECTED"`
@@ -495,7 +497,7 @@ def db_summary(database_url_: DatabaseUrl = None, quiet: Quiet = False) -> None:
     nothing, only check that the database can be read)."""
     from adseg.store import reads
 
-    engine = _engine(database_url_)
+    engine = _engine(database_url_, writes=False)
     _require_schema(engine)
     counts, date_range = reads.table_counts(engine), reads.delivery_date_range(engine)
     if not quiet:
@@ -1110,7 +1112,7 @@ def report(
     if fmt not in REPORT_FORMATS.values():
         raise CliError(f"--format must be html, json or csv; got {fmt!r}")
     _check_outputs({"--output": output}, database_url_)
-    engine = _engine(database_url_)
+    engine = _engine(database_url_, writes=False)
     _require_schema(engine)
     try:
         run_id = run if run is not None else latest_completed_run(engine, with_forecasts=True)
@@ -1318,7 +1320,7 @@ def runs(
 
     from adseg.store.results import list_runs
 
-    engine = _engine(database_url_)
+    engine = _engine(database_url_, writes=False)
     _require_schema(engine)
     frame = list_runs(engine, limit)
     if quiet:  # for scripts: `adseg report --run $(adseg runs -q --limit 1)`

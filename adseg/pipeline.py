@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -344,13 +345,38 @@ def _forecast_choices(config: NightlyConfig) -> dict[str, str]:
 
 
 def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
-    """One fuser's labels and wall seconds (runs in a worker process when n_jobs > 1)."""
+    """One fuser's labels, wall seconds and notes (runs in a worker process when n_jobs > 1).
+
+    The notes are the fit's warnings, each once (a solver at its iteration limit, k-means
+    finding fewer distinct clusters), and a line when the labels hold fewer segments than
+    asked: the caller logs them and records them in the run's row, where a worker's warnings
+    would otherwise be lost."""
     cls = FUSERS[name]
     t0 = time.perf_counter()
-    with threadpool_limits(limits=1), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # convergence notes go to the run row, not stderr
+    with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = cls(n_clusters=n_segments, random_state=seed).fit_predict(labels)
-    return result, round(time.perf_counter() - t0, 3)
+    seconds = round(time.perf_counter() - t0, 3)
+    notes = [_first_line(str(w.message)) for w in caught]
+    found = np.unique(result[result >= 0]).size
+    if found < n_segments:
+        notes.append(f"{found} segments, fewer than the {n_segments} asked")
+    return result, seconds, list(dict.fromkeys(notes))
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+class Fusion(NamedTuple):
+    """What :func:`fuse` returns, by fuser name: the segmentations of those that succeeded (in
+    the order asked), their wall seconds, the errors of the alternatives that failed, and the
+    notes of those that succeeded with warnings (see ``_fit_one``)."""
+
+    segmentations: dict[str, np.ndarray]
+    seconds: dict[str, float]
+    errors: dict[str, str]
+    notes: dict[str, list[str]]
 
 
 def fuse(
@@ -361,30 +387,35 @@ def fuse(
     primary: str,
     progress: Progress | None = None,
     n_jobs: int = 1,
-):
-    """Stage 3: every fuser on the base clusterings. Returns (segmentations, seconds, errors);
-    a failing alternative fuser is recorded and skipped, a failing primary fuser raises.
+) -> Fusion:
+    """Stage 3: every fuser on the base clusterings (a :class:`Fusion`); a failing alternative
+    fuser is recorded and skipped, a failing primary fuser raises, a fuser's notes are logged.
 
     ``n_jobs`` > 1 runs the fusers in that many worker processes (each with one BLAS thread):
     they are independent, and the slowest (lta, rcc) dominate, so two cores nearly halve the
     stage. Memory: each worker holds its own fuser's n×n arrays."""
-    segmentations, seconds, errors = {}, {}, {}
+    segmentations, seconds, errors, notes = {}, {}, {}, {}
 
     def record(name, outcome):
         try:
-            segmentations[name], seconds[name] = outcome()
+            segmentations[name], seconds[name], found = outcome()
         except Exception as exc:
             if name == primary:
                 raise
             errors[name] = f"{type(exc).__name__}: {exc}"
             log.warning("fuser %s failed and is skipped: %s", name, errors[name])
+            return
+        if found:
+            notes[name] = found
+            for note in found:
+                log.warning("fuser %s: %s", name, note)
 
     if n_jobs <= 1 or len(names) <= 1:
         for name in names:
             if progress:
                 progress(f"fusing with {name}")
             record(name, lambda name=name: _fit_one(name, labels, n_segments, seed))
-        return segmentations, seconds, errors
+        return Fusion(segmentations, seconds, errors, notes)
     if progress:
         progress(f"fusing with {', '.join(names)} ({n_jobs} processes)")
     # slowest first, so the two workers finish close together (costs measured at n = 1,268)
@@ -393,7 +424,8 @@ def fuse(
     with closing(_fit_in_processes(slow_first, labels, n_segments, seed, n_jobs)) as finished:
         for name, outcome in finished:
             record(name, outcome)
-    return {n: segmentations[n] for n in names if n in segmentations}, seconds, errors
+    in_order = {n: segmentations[n] for n in names if n in segmentations}
+    return Fusion(in_order, seconds, errors, {n: notes[n] for n in names if n in notes})
 
 
 def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, poll: float = 0.5):
@@ -775,7 +807,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
     n_segments = choose_n_segments(columns, labels, config.n_segments)
     names, left_out = fusers_for_size(config, labels.shape[0])
     with _timed(timings, "fuse", progress):
-        fused, fuser_seconds, fuser_errors = fuse(
+        fusion = fuse(
             labels, names, n_segments, config.seed, config.primary(), progress, config.n_jobs
         )
         segmentations = single_view_segmentations(
@@ -785,7 +817,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
             config.single_view_alpha,
             {"win_rate": data.win_samples, "ecpm_cost": data.cost_samples},
         )
-        segmentations.update(fused)
+        segmentations.update(fusion.segmentations)
         if config.truth_path:
             truth = truth_segmentation(read_truth(config.truth_path), data.advertiser_ids)
             if not (truth >= 0).any():
@@ -810,10 +842,11 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
     if "truth" in segmentations:
         truth_ari = truth_aris(segmentations["truth"], segmentations)
     timings["total"] = round(sum(timings.values()), 3)
-    timings["fusers"] = fuser_seconds
+    timings["fusers"] = fusion.seconds
     resolved = {
         "n_segments": n_segments,
-        "fuser_errors": fuser_errors,
+        "fuser_errors": fusion.errors,
+        "fuser_notes": fusion.notes,
         "truth_ari": truth_ari,
         "fusers_left_out": left_out,
     }
@@ -904,7 +937,8 @@ def run_segment(
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, config.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
-        fused, seconds, errors = fuse(labels, names, k, config.seed, config.primary(), progress)
+        fusion = fuse(labels, names, k, config.seed, config.primary(), progress)
+        fused, errors = fusion.segmentations, fusion.errors
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
         win, cost = reads.price_samples(engine, ids, train_start, train_end)
         segmentations = single_view_segmentations(
@@ -931,7 +965,11 @@ def run_segment(
         parameters = _segment_parameters(
             stored, config, list(fused), k, dropped=dropped, truth_ari=new_aris
         )
-        parameters["resolved"] |= {"fuser_errors": errors, "fusers_left_out": left_out}
+        parameters["resolved"] |= {
+            "fuser_errors": errors,
+            "fuser_notes": fusion.notes,
+            "fusers_left_out": left_out,
+        }
         out = {
             "segments": fused,
             "single_view": {s: v for s, v in segmentations.items() if s not in fused},
@@ -941,7 +979,7 @@ def run_segment(
             "unscored": unscored,
             "dropped": [d for d in errors if d in had],
         }
-        return out, parameters, {"fusers": seconds}
+        return out, parameters, {"fusers": fusion.seconds}
 
     return _stage_on_run(engine, run_id, "segment", work)
 

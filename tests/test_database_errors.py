@@ -387,11 +387,11 @@ def _idle_database(folder: Path) -> str:
 
 
 def _read_and_try_to_write(url: str) -> tuple[str, str]:
-    """The revision read through make_engine, and the error a write gets."""
+    """The revision read through make_engine (for reading), and the error a write gets."""
     from adseg.store import migrate
     from adseg.store.engine import make_engine
 
-    engine = make_engine(url)
+    engine = make_engine(url, writes=False)
     try:
         revision = migrate.current_revision(engine)
         try:
@@ -475,6 +475,34 @@ def test_another_user_reads_the_database_from_a_folder_they_cannot_write(tmp_pat
         for child in folder.iterdir():
             child.unlink()
         folder.rmdir()
+
+
+def test_a_command_that_writes_is_refused_a_database_in_a_folder_it_cannot_write(
+    tmp_path, monkeypatch, caplog
+):
+    """Such a command (here ingest and nightly) printed the 'reading it read-only' warning, then
+    failed on its first write with 'attempt to write a readonly database'. It is now refused
+    before any work with one line naming the folder (exit 2); a reading command still reads,
+    and nothing is created beside the file."""
+    from adseg.store import engine as engine_module
+    from adseg.store.engine import make_engine
+
+    url = _idle_database(tmp_path)
+    monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+    with pytest.raises(ValueError, match=rf"its folder {tmp_path} is not writable by this user"):
+        make_engine(url)
+    (tmp_path / "inbox").mkdir()
+    with caplog.at_level("WARNING"):
+        for args in (["ingest", str(tmp_path / "inbox")], ["nightly"], ["db", "unlock"]):
+            result = runner.invoke(app, [*args, "--database-url", url])
+            assert result.exit_code == 2, (args, result.output)
+            assert result.output.count("error:") == 1
+            assert "cannot write it: its folder" in result.output
+        assert "reading it read-only" not in caplog.text
+        result = runner.invoke(app, ["runs", "--database-url", url])
+    assert result.exit_code == 0, result.output
+    assert "reading it read-only" in caplog.text
+    assert not any((tmp_path / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
 
 
 def test_a_link_to_a_database_being_written_reads_its_wal(tmp_path, monkeypatch):

@@ -396,7 +396,7 @@ FUSERS["slow"] = Slow
 labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
 with signals_as_exceptions():
     print("fusing", flush=True)
-    fused, _, errors = pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
+    fused, _, errors, _ = pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
     print("fused", sorted(fused), errors, flush=True)
 """
 

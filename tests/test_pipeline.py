@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from adseg import pipeline
 from adseg.cli import app
+from adseg.consensus import FUSERS
 from adseg.ingest import read_directory
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
 from adseg.store import reads
@@ -478,6 +479,7 @@ def test_segment_drops_what_a_failing_fuser_could_not_remake(loaded, market_dir,
     assert "l2" not in set(store.read_forecast_results(loaded, run_id)["mape"]["source"])
     resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
     assert set(resolved["fuser_errors"]) == {"l2"} and "l2" not in resolved["n_segments_by_fuser"]
+    assert resolved["fuser_notes"] == {}  # rcc converged, with every segment asked
     # the remade sources are scored against the truth again: same seed and K, same segments
     assert "l2" not in resolved["truth_ari"]
     assert {s: resolved["truth_ari"][s] for s in ("rcc", "win_rate", "text")} == {
@@ -1063,6 +1065,37 @@ def test_a_failing_primary_fuser_stops_the_worker_processes():
     with pytest.raises(ValueError, match="n_clusters"):
         pipeline.fuse(labels, ["rcc", "l2"], 50, 0, "rcc", n_jobs=2)
     assert multiprocessing.active_children() == []
+
+
+class _Collapsing(FUSERS["l2"]):
+    """l2 that warns, then puts its last segment's items in the first: fewer segments than
+    asked, as sccbg can return, and a warning, as a solver at its limit gives."""
+
+    def _fit(self, labels):
+        import warnings
+
+        super()._fit(labels)
+        warnings.warn("stopped at max_iter\nsecond line", UserWarning, stacklevel=1)
+        warnings.warn("stopped at max_iter", UserWarning, stacklevel=1)
+        self.labels_[self.labels_ == self.n_clusters - 1] = 0
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_fusers_warnings_and_a_short_count_are_notes_logged_once(monkeypatch, caplog, n_jobs):
+    """They were thrown away (a worker's warnings cannot reach the terminal): sccbg returning 51
+    segments of 55, or rcc stopping at its iteration limit, left no trace."""
+    monkeypatch.setitem(FUSERS, "collapsing", _Collapsing)
+    labels = np.repeat(np.arange(4), 6)[:, None].repeat(3, axis=1)
+    with caplog.at_level("WARNING", logger="adseg.pipeline"):
+        fusion = pipeline.fuse(labels, ["collapsing", "l2"], 4, 0, "l2", n_jobs=n_jobs)
+    assert set(fusion.segmentations) == {"collapsing", "l2"} and fusion.errors == {}
+    assert fusion.notes == {
+        "collapsing": ["stopped at max_iter", "3 segments, fewer than the 4 asked"]
+    }
+    assert [r.getMessage() for r in caplog.records] == [
+        "fuser collapsing: stopped at max_iter",
+        "fuser collapsing: 3 segments, fewer than the 4 asked",
+    ]
 
 
 def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, market_dir):

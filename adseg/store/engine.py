@@ -16,15 +16,25 @@ from adseg.config import sqlite_file
 log = logging.getLogger(__name__)
 
 
-def make_engine(url: str, *, echo: bool = False) -> Engine:
+def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     """Create an engine. SQLite gets foreign keys on, WAL journalling (readers don't block the
     nightly writer) and a busy timeout so two processes wait instead of failing at once.
 
-    A SQLite file in a folder this user cannot write, with no WAL file beside it, is opened
-    read-only without locks (:func:`_idle_read_only_file`): SQLite cannot otherwise read a WAL
+    A SQLite file in a folder this user cannot write, with no WAL file beside it
+    (:func:`_idle_read_only_file`), cannot be written: SQLite must create its journal files
+    beside it. With ``writes`` such a URL is refused here (ValueError naming the folder), before
+    any work that would end in 'attempt to write a readonly database'; without, the file is
+    opened read-only without locks, with a warning: SQLite cannot otherwise even read a WAL
     database there, because it must create the WAL index (``-shm``) first."""
     kwargs = {}
     if (file := _idle_read_only_file(url)) is not None:
+        if writes:
+            raise ValueError(
+                f"{file}: cannot write it: its folder {file.parent} is not writable by this "
+                "user, and SQLite creates its journal files beside the database (run as the "
+                "database's owner; reading commands such as `adseg report` and `adseg runs` "
+                "can still read it)."
+            )
         log.warning(
             "%s: its folder is not writable by this user, so SQLite cannot create the lock "
             "files beside it; reading it read-only, without locks (a nightly that starts "
