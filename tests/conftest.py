@@ -17,6 +17,28 @@ def _one_blas_thread():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_signals_not_ignored():
+    """The stop signals at their usual dispositions for the whole session. adseg leaves a stop
+    signal ignored when its process starts ignoring it (nohup; a background job of a
+    non-interactive shell, such as a CI script's `make test &`, starts with SIGINT ignored);
+    the tests of stopping by a signal would then test that instead. Tests of the ignored case
+    ignore the signal themselves. Subprocesses inherit these dispositions."""
+    import signal
+
+    usual = {signal.SIGINT: signal.default_int_handler}
+    ignored = {
+        signum: signal.getsignal(signum)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(signum) is signal.SIG_IGN
+    }
+    for signum in ignored:
+        signal.signal(signum, usual.get(signum, signal.SIG_DFL))
+    yield
+    for signum, handler in ignored.items():
+        signal.signal(signum, handler)
+
+
 @pytest.fixture(scope="session")
 def shared_datasets():
     """Skip the test cleanly when ../shared/datasets is absent (a user's fresh clone)."""
