@@ -1315,7 +1315,8 @@ def runs(
         bool, typer.Option("--quiet", "-q", help="Print only the run ids, one per line.")
     ] = False,
 ) -> None:
-    """List recent runs with their status (and the error of failed ones)."""
+    """List recent runs with their status (and the error of failed ones, the fusers that failed
+    or warned in completed ones)."""
     import pandas as pd
 
     from adseg.store.results import list_runs
@@ -1327,19 +1328,36 @@ def runs(
         for run_id in frame["run_id"]:
             out.print(str(run_id), markup=False, highlight=False)
         return
+    notes = [_fuser_notes(p) for p in frame["parameters"]]
     table = Table(title="runs")
-    for col in ("run", "kind", "status", "started (UTC)", "finished", "error"):
+    columns = ["run", "kind", "status", "started (UTC)", "finished", "error"]
+    for col in columns + ["fusers"] * any(notes):  # the column only when a run has something
         table.add_column(col)
-    for row in frame.itertuples(index=False):
-        table.add_row(
+    for row, note in zip(frame.itertuples(index=False), notes, strict=True):
+        cells = [
             str(row.run_id),
             row.kind,
             row.status,
             _utc_text(row.started_at, "%Y-%m-%d %H:%M:%S"),
             _utc_text(row.finished_at, "%H:%M:%S"),
             "" if pd.isna(row.error) else escape(_shorten(str(row.error), 80)),  # NULL → NaN
-        )
+        ]
+        table.add_row(*cells, *[escape(_shorten(note, 60))] * any(notes))
     out.print(table)
+
+
+def _fuser_notes(parameters) -> str:
+    """What a run's row says of its fusers beyond success, in a few words: those that failed and
+    were skipped, and those that warned ("sccbg: 2 notes"); '' for none. The details are in
+    the run's parameters (resolved.fuser_errors, resolved.fuser_notes) and its reports."""
+    resolved = parameters.get("resolved") if isinstance(parameters, dict) else None
+    resolved = resolved if isinstance(resolved, dict) else {}
+    failed = [f"{name} failed" for name in resolved.get("fuser_errors") or {}]
+    warned = [
+        f"{name}: {len(found)} note{'s' if len(found) != 1 else ''}"
+        for name, found in (resolved.get("fuser_notes") or {}).items()
+    ]
+    return ", ".join(failed + warned)
 
 
 def _utc_text(moment, fmt: str) -> str:

@@ -575,6 +575,26 @@ def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkey
     assert res.exit_code == 0 and res.output == "2\n1\n"  # ids only, newest first
 
 
+def test_runs_say_which_fusers_failed_or_warned(loaded, market_dir, db_url, monkeypatch):
+    """A completed run whose alternative fuser failed (and was skipped) or warned looked like
+    any other in `adseg runs`; the column appears only when some run has something to say."""
+    pipeline.run_nightly(loaded, config=_config(market_dir))
+    res = runner.invoke(app, ["runs", "--database-url", db_url])
+    assert res.exit_code == 0 and "fusers" not in res.output, res.output
+
+    class Failing(FUSERS["l2"]):
+        def _fit(self, labels):
+            raise ValueError("no luck today")
+
+    monkeypatch.setitem(FUSERS, "l2", Failing)
+    monkeypatch.setitem(FUSERS, "rcec", _Collapsing)
+    pipeline.run_nightly(loaded, config=_config(market_dir, fusers=("rcc", "l2", "rcec")))
+    res = runner.invoke(app, ["runs", "--database-url", db_url], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if "nightly" in line]
+    assert "l2 failed, rcec: 2 notes" in rows[0] and "failed" not in rows[1]
+
+
 def test_report_without_runs_says_so(engine, db_url):
     res = runner.invoke(app, ["report", "--database-url", db_url])
     assert res.exit_code == 2 and "no completed run" in res.output

@@ -194,7 +194,17 @@ def latest_completed_run(
 
 
 def list_runs(engine: Engine, limit: int = 20) -> pd.DataFrame:
-    cols = [Run.run_id, Run.kind, Run.status, Run.started_at, Run.finished_at, Run.error]
+    """The ``limit`` newest runs, newest first: run_id, kind, status, started_at, finished_at,
+    error, parameters (a dict)."""
+    cols = [
+        Run.run_id,
+        Run.kind,
+        Run.status,
+        Run.started_at,
+        Run.finished_at,
+        Run.error,
+        Run.parameters,
+    ]
     with engine.connect() as conn:
         stmt = select(*cols).order_by(Run.run_id.desc()).limit(limit)
         return query_frame(conn, stmt, [c.key for c in cols])
