@@ -349,6 +349,23 @@ def _fmt(x: Any, kind: str = "") -> str:
     return str(x)
 
 
+def _fuser_remarks(parameters: dict) -> list[str]:
+    """Paragraphs for the fusers that failed and were skipped (no source in the tables) or
+    warned (``resolved.fuser_errors`` / ``fuser_notes`` of the run's parameters), escaped."""
+    resolved = parameters.get("resolved") if isinstance(parameters, dict) else None
+    if not isinstance(resolved, dict):
+        return []
+    lines = [
+        f"<b>{_e(name)}</b> failed and was skipped: {_e(error)}"
+        for name, error in (resolved.get("fuser_errors") or {}).items()
+    ]
+    lines += [
+        f"<b>{_e(name)}</b>: {_e('; '.join(map(str, found)))}"
+        for name, found in (resolved.get("fuser_notes") or {}).items()
+    ]
+    return [f'<p class="note">Fusers — {line}.</p>' for line in lines]
+
+
 def _table(frame: pd.DataFrame, formats: Mapping[str, str] | None = None, cls: str = "") -> str:
     """An HTML table of ``frame`` with every header and cell escaped."""
     formats = formats or {}
@@ -543,6 +560,7 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
             "<p>No forecasts were scored for this run yet: <code>adseg segment --run "
             f"{rid}</code> then <code>adseg forecast --run {rid}</code>.</p>"
         )
+    parts.extend(_fuser_remarks(params))
     parts.append(
         '<p class="note">The paper\'s numbers (Tables 6–7; 1,268 advertisers, one week), '
         "for orientation only — a different marketplace:</p>"

@@ -116,6 +116,22 @@ def test_html_escapes_a_hostile_source_name_and_run_id():
     assert "<i>r</i>" not in page
 
 
+def test_html_names_the_fusers_that_failed_or_warned_escaped(data):
+    """A fuser that failed was simply missing from the tables, and one that warned (sccbg with
+    fewer segments than asked) showed nothing but a JSON blob among the parameters."""
+    resolved = {
+        "fuser_errors": {"l2": "ValueError: <b>no</b> luck"},
+        "fuser_notes": {"sccbg": ["51 segments, fewer than the 55 asked", "x < y"]},
+    }
+    run = {**data.run, "parameters": {"resolved": resolved}}
+    page = render_html(ReportData(run=run, mape=data.mape))
+    assert "Fusers — <b>l2</b> failed and was skipped: ValueError: &lt;b&gt;no&lt;/b&gt; luck" in (
+        page
+    )
+    assert "Fusers — <b>sccbg</b>: 51 segments, fewer than the 55 asked; x &lt; y." in page
+    assert "Fusers —" not in render_html(data)  # nothing to say: no paragraph
+
+
 def test_html_of_a_run_without_forecasts_says_how_to_make_them():
     page = render_html(ReportData(run={"run_id": "<b>7</b>"}, mape=pd.DataFrame()))
     assert "No forecasts were scored for this run yet" in page
