@@ -360,6 +360,9 @@ def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
     notes = [_first_line(str(w.message)) for w in caught]
     found = np.unique(result[result >= 0]).size
     if found < n_segments:
+        # k-means's own words for the same fact: "Number of distinct clusters (51) found
+        # smaller than n_clusters (55)"; one line for it is enough
+        notes = [note for note in notes if not note.startswith("Number of distinct clusters")]
         notes.append(f"{found} segments, fewer than the {n_segments} asked")
     return result, seconds, list(dict.fromkeys(notes))
 
@@ -513,8 +516,8 @@ def _worker_init() -> None:
     handle — it marks the run failed and kills the workers — so a worker ignores it rather
     than print its own traceback; SIGTERM and SIGHUP get their default actions back (the parent's
     handlers are inherited by fork) unless the parent ignores them (``nohup``: a hang-up that
-    spares the run must spare its workers); and on Linux the worker is sent SIGTERM if the
-    parent dies (kill -9), so no orphan keeps computing."""
+    spares the run must spare its workers); and on Linux the worker is killed if the parent
+    dies (kill -9), so no orphan keeps computing."""
     stoppable = handled_stops()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in TERMINATING:
@@ -526,7 +529,9 @@ def _worker_init() -> None:
         import ctypes
 
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            # SIGKILL, not SIGTERM: a worker of a process started with SIGTERM ignored keeps it
+            # ignored (above), and an orphan would compute on
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
 
@@ -963,13 +968,16 @@ def run_segment(
             truth = truth.reindex(ids).fillna(-1).to_numpy(dtype=np.int64)
             new_aris = truth_aris(truth, segmentations)
         parameters = _segment_parameters(
-            stored, config, list(fused), k, dropped=dropped, truth_ari=new_aris
+            stored,
+            config,
+            list(fused),
+            k,
+            dropped=dropped,
+            truth_ari=new_aris,
+            fusion=fusion,
+            ran=names,
         )
-        parameters["resolved"] |= {
-            "fuser_errors": errors,
-            "fuser_notes": fusion.notes,
-            "fusers_left_out": left_out,
-        }
+        parameters["resolved"]["fusers_left_out"] = left_out
         out = {
             "segments": fused,
             "single_view": {s: v for s, v in segmentations.items() if s not in fused},
@@ -992,13 +1000,17 @@ def _segment_parameters(
     *,
     dropped: Sequence[str] = (),
     truth_ari: dict[str, float] | None = None,
+    fusion: Fusion | None = None,
+    ran: Sequence[str] = (),
 ) -> dict:
     """A run's parameters after ``adseg segment``: the fusers whose segments it now holds (those
     kept from before, then the new; a source stored under an alias of a remade fuser is gone), a
     primary fuser among them, the new number of segments (and the K each fuser was asked for in
     ``resolved.n_segments_by_fuser``: a fuser not re-run keeps its K, one in ``dropped`` has
     none); the truth ARIs of the replaced and dropped segmentations are replaced by
-    ``truth_ari`` (the new segments' own, when the run has a truth segmentation)."""
+    ``truth_ari`` (the new segments' own, when the run has a truth segmentation); so are the
+    errors and notes (``resolved.fuser_errors`` / ``fuser_notes``) of the fusers ``ran`` now, by
+    ``fusion``'s, while those of fusers not re-run still describe the segments they kept."""
     renamed = {f: canonical_name(f) for f in dropped if f in FUSERS and f != canonical_name(f)}
     fusers = list(dict.fromkeys([*(renamed.get(f, f) for f in stored.get("fusers") or []), *fused]))
     primary = renamed.get(stored.get("primary_fuser"), stored.get("primary_fuser"))
@@ -1014,6 +1026,13 @@ def _segment_parameters(
         replaced = set(fused) | set(SINGLE_VIEW_SOURCES) | gone
         kept = {s: v for s, v in (resolved.get("truth_ari") or {}).items() if s not in replaced}
         resolved["truth_ari"] = kept | (truth_ari or {})
+    redone = set(ran) | gone
+    for key, new in (
+        ("fuser_errors", fusion.errors if fusion else {}),
+        ("fuser_notes", fusion.notes if fusion else {}),
+    ):
+        kept = {f: v for f, v in (resolved.get(key) or {}).items() if f not in redone}
+        resolved[key] = kept | new
     return {
         "fusers": fusers,
         "primary_fuser": primary if primary in fusers and primary not in gone else config.primary(),

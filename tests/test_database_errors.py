@@ -499,6 +499,12 @@ def test_a_command_that_writes_is_refused_a_database_in_a_folder_it_cannot_write
             assert result.output.count("error:") == 1
             assert "cannot write it: its folder" in result.output
         assert "reading it read-only" not in caplog.text
+        (tmp_path / "elsewhere").mkdir()
+        link = tmp_path / "elsewhere" / "link.db"
+        link.symlink_to(tmp_path / "adseg.db")
+        result = runner.invoke(app, ["nightly", "--database-url", f"sqlite:///{link}"])
+        assert result.exit_code == 2  # the path given, and the file whose folder counts
+        assert f"{link} (resolved: {tmp_path / 'adseg.db'}): cannot write it" in result.output
         result = runner.invoke(app, ["runs", "--database-url", url])
     assert result.exit_code == 0, result.output
     assert "reading it read-only" in caplog.text

@@ -443,3 +443,70 @@ def test_the_entry_point_leaves_an_ignored_hang_up_ignored():
     )
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.startswith("adseg ")
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (dead, waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_the_workers_of_a_process_started_ignoring_sigterm_die_with_it():
+    """The workers' parent-death signal was SIGTERM, which a worker of a process started with
+    SIGTERM ignored keeps ignoring: after a kill -9 of the parent they computed on, orphaned
+    (QA: an lta worker still running 20 s later)."""
+    import subprocess
+    import sys
+    import time
+
+    script = _NOHUP_FUSING_SCRIPT.replace("time.sleep(4)", "time.sleep(60)")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
+    )
+    workers = []
+    try:
+        assert proc.stdout.readline() == b"fusing\n"
+        for _ in range(100):  # the slow worker starts within a few seconds
+            if workers := _children(proc.pid):
+                break
+            time.sleep(0.1)
+        assert workers
+        proc.kill()
+        proc.wait()
+        for _ in range(50):
+            alive = [w for w in workers if _running(w)]
+            if not alive:
+                break
+            time.sleep(0.1)
+        assert alive == []
+    finally:
+        for worker in workers:
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1095,6 +1095,9 @@ class _Collapsing(FUSERS["l2"]):
         import warnings
 
         super()._fit(labels)
+        warnings.warn(  # sklearn's KMeans's words when it finds fewer clusters: folded below
+            "Number of distinct clusters (3) found smaller than n_clusters (4).", stacklevel=1
+        )
         warnings.warn("stopped at max_iter\nsecond line", UserWarning, stacklevel=1)
         warnings.warn("stopped at max_iter", UserWarning, stacklevel=1)
         self.labels_[self.labels_ == self.n_clusters - 1] = 0
@@ -1103,7 +1106,8 @@ class _Collapsing(FUSERS["l2"]):
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_a_fusers_warnings_and_a_short_count_are_notes_logged_once(monkeypatch, caplog, n_jobs):
     """They were thrown away (a worker's warnings cannot reach the terminal): sccbg returning 51
-    segments of 55, or rcc stopping at its iteration limit, left no trace."""
+    segments of 55, or rcc stopping at its iteration limit, left no trace. k-means's own line
+    for a short count is folded into ours (QA: the same fact twice)."""
     monkeypatch.setitem(FUSERS, "collapsing", _Collapsing)
     labels = np.repeat(np.arange(4), 6)[:, None].repeat(3, axis=1)
     with caplog.at_level("WARNING", logger="adseg.pipeline"):
@@ -1116,6 +1120,35 @@ def test_a_fusers_warnings_and_a_short_count_are_notes_logged_once(monkeypatch, 
         "fuser collapsing: stopped at max_iter",
         "fuser collapsing: 3 segments, fewer than the 4 asked",
     ]
+
+
+def test_segment_keeps_the_notes_and_errors_of_the_fusers_it_does_not_rerun():
+    """`segment --run N --fuser l2` replaced resolved.fuser_notes and fuser_errors with its own:
+    sccbg's note that it made fewer segments than asked was lost while its segments stayed
+    (QA). Those of the fusers re-run are replaced; the others' still describe what is kept."""
+    stored = {
+        "fusers": ["rcc", "l2", "sccbg"],
+        "primary_fuser": "rcc",
+        "resolved": {
+            "n_segments": 55,
+            "fuser_errors": {"lta": "ValueError: no"},
+            "fuser_notes": {"sccbg": ["51 segments, fewer than the 55 asked"], "l2": ["old"]},
+        },
+    }
+    fusion = pipeline.Fusion({"l2": np.zeros(3)}, {"l2": 0.1}, {}, {"l2": ["new"]})
+    config = _config(Path("."), fusers=("l2",))
+    params = pipeline._segment_parameters(stored, config, ["l2"], 55, fusion=fusion, ran=["l2"])
+    assert params["resolved"]["fuser_notes"] == {
+        "sccbg": ["51 segments, fewer than the 55 asked"],
+        "l2": ["new"],
+    }
+    assert params["resolved"]["fuser_errors"] == {"lta": "ValueError: no"}
+    fusion = pipeline.Fusion({"sccbg": np.zeros(3), "lta": np.zeros(3)}, {}, {}, {})
+    params = pipeline._segment_parameters(
+        stored, config, ["sccbg", "lta"], 55, fusion=fusion, ran=["sccbg", "lta"]
+    )
+    assert params["resolved"]["fuser_notes"] == {"l2": ["old"]}  # sccbg now made all 55
+    assert params["resolved"]["fuser_errors"] == {}  # lta ran and succeeded
 
 
 def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, market_dir):

@@ -28,9 +28,11 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     database there, because it must create the WAL index (``-shm``) first."""
     kwargs = {}
     if (file := _idle_read_only_file(url)) is not None:
+        given = sqlite_file(url)
+        named = str(given) if given.absolute() == file else f"{given} (resolved: {file})"
         if writes:
             raise ValueError(
-                f"{file}: cannot write it: its folder {file.parent} is not writable by this "
+                f"{named}: cannot write it: its folder {file.parent} is not writable by this "
                 "user, and SQLite creates its journal files beside the database (run as the "
                 "database's owner; reading commands such as `adseg report` and `adseg runs` "
                 "can still read it)."
@@ -39,7 +41,7 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
             "%s: its folder is not writable by this user, so SQLite cannot create the lock "
             "files beside it; reading it read-only, without locks (a nightly that starts "
             "writing it meanwhile could make this read inconsistent: run the command again)",
-            file,
+            named,
         )
         kwargs["creator"] = _immutable_connector(file)
     try:
