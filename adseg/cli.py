@@ -210,7 +210,10 @@ def handle_errors(fn: Callable) -> Callable:
 
 _DATABASE_HINTS = {  # SQLite's messages for a database file the user must fix (exit 2)
     "file is not a database": " (the --database-url file is not an SQLite database)",
-    "attempt to write a readonly database": " (the database file or its folder is read-only)",
+    "attempt to write a readonly database": (
+        " (this user may not write the database file, its folder, or the -wal / -shm files "
+        "beside it: a -shm left by a reader of a read-only file stays read-only)"
+    ),
     "unable to open database file": " (check the --database-url path and its permissions)",
 }
 

@@ -131,6 +131,15 @@ def test_server_errors_exit_by_sqlstate(sqlstate, message, code, hint, capsys):
     assert hint in err
 
 
+def test_a_read_only_sqlite_database_names_every_file_that_may_be_the_cause(capsys):
+    """The hint named only the file and its folder; a -shm that a reader of a 0444 file left
+    behind (0444 too) kept every write failing after `chmod 0644` of the file (QA)."""
+    error = _db_error(sqlite3.OperationalError("attempt to write a readonly database"))
+    exit_code, err = _exit(error, capsys)
+    assert exit_code == 2, err
+    assert "the database file, its folder, or the -wal / -shm files beside it" in err
+
+
 def test_a_sqlite_database_another_process_holds_is_retry_later(capsys):
     """It was exit 1, "database error: database is locked", with no hint, after the 30 s busy
     timeout: the case exit 75 is for (and exit 1 claims a failed run)."""
