@@ -1353,12 +1353,13 @@ def _fuser_notes(parameters) -> str:
     """What a run's row says of its fusers beyond success, in a few words: those that failed and
     were skipped, and those that warned ("sccbg: 2 notes"); '' for none. The details are in
     the run's parameters (resolved.fuser_errors, resolved.fuser_notes) and its reports."""
-    resolved = parameters.get("resolved") if isinstance(parameters, dict) else None
-    resolved = resolved if isinstance(resolved, dict) else {}
-    failed = [f"{name} failed" for name in resolved.get("fuser_errors") or {}]
+    from adseg.report import fuser_outcomes
+
+    errors, notes = fuser_outcomes(parameters)
+    failed = [f"{name} failed" for name in errors]
     warned = [
         f"{name}: {len(found)} note{'s' if len(found) != 1 else ''}"
-        for name, found in (resolved.get("fuser_notes") or {}).items()
+        for name, found in notes.items()
     ]
     return ", ".join(failed + warned)
 

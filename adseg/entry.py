@@ -14,15 +14,13 @@ import signal
 import sys
 
 from adseg.interrupts import (
-    TERMINATING,
+    STOP_SIGNALS,
     Terminated,
     error_text,
     exit_code,
     handled_stops,
     raise_for_signal,
 )
-
-STOPS = (signal.SIGINT, *TERMINATING)
 
 
 def main() -> None:
@@ -47,5 +45,5 @@ def main() -> None:
 def _ignore_stops() -> None:
     """The command is over: a stop now must not turn its outcome into 'stopped'. (Ignored, not
     deferred: the process ends within a fraction of a second.)"""
-    for signum in STOPS:
+    for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)

@@ -19,6 +19,7 @@ import threading
 from contextlib import contextmanager
 
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, *TERMINATING)
 
 
 class Terminated(BaseException):
@@ -39,8 +40,12 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, Terminated):
         return str(exc)
     # the first line: a database error's message goes on with the SQL and its parameters
-    first = next((line for line in str(exc).splitlines() if line.strip()), "")
-    return f"{type(exc).__name__}: {first}"
+    return f"{type(exc).__name__}: {first_line(str(exc))}"
+
+
+def first_line(text: str) -> str:
+    """The first line of ``text`` that is not blank ('' when none)."""
+    return next((line for line in text.splitlines() if line.strip()), "")
 
 
 _pending: int | None = None
@@ -50,11 +55,7 @@ _pending: int | None = None
 def handled_stops() -> tuple[int, ...]:
     """SIGINT, SIGTERM and SIGHUP, less those ignored now (SIG_IGN: ``nohup`` ignores SIGHUP, a
     shell ignores SIGINT in a background job), which every stop handler here leaves ignored."""
-    return tuple(
-        signum
-        for signum in (signal.SIGINT, *TERMINATING)
-        if signal.getsignal(signum) is not signal.SIG_IGN
-    )
+    return tuple(s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN)
 
 
 def _exception_for(signum: int) -> BaseException:
@@ -87,8 +88,7 @@ def signals_as_exceptions():
     ignored (:func:`handled_stops`)."""
     global _pending
     _pending = None
-    handled = handled_stops()
-    previous = {signum: signal.signal(signum, raise_for_signal) for signum in handled}
+    previous = {signum: signal.signal(signum, raise_for_signal) for signum in handled_stops()}
     try:
         yield
     finally:
@@ -109,20 +109,18 @@ def signals_deferred():
     inside. So in the main thread, where Python runs its handlers, the handlers are also
     replaced by one that only notes the signal, which is raised again on the way out. In
     another thread the handlers cannot be replaced, nor do they run there: only the mask."""
-    handled = (signal.SIGINT, *TERMINATING)
     noted: list[int] = []
     previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
         try:
-            for signum in handled:
-                # None: a handler not installed from Python, which could not be put back;
-                # SIG_IGN: ignored since the process started (nohup), and so it stays
-                if signal.getsignal(signum) not in (None, signal.SIG_IGN):
+            for signum in handled_stops():  # an ignored one stays ignored
+                # None: a handler not installed from Python, which could not be put back
+                if signal.getsignal(signum) is not None:
                     previous_handlers[signum] = signal.signal(signum, lambda s, _: noted.append(s))
         except BaseException:  # a stop that arrived just before: those swapped go back first
             _restore_handlers(previous_handlers)
             raise
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:

@@ -33,9 +33,11 @@ from adseg import __version__
 from adseg.consensus import FUSERS, canonical_name, describe_registered
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import (
+    STOP_SIGNALS,
     TERMINATING,
     check_pending,
     error_text,
+    first_line,
     handled_stops,
     signals_deferred,
 )
@@ -357,7 +359,7 @@ def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
         warnings.simplefilter("always")
         result = cls(n_clusters=n_segments, random_state=seed).fit_predict(labels)
     seconds = round(time.perf_counter() - t0, 3)
-    notes = [_first_line(str(w.message)) for w in caught]
+    notes = [first_line(str(w.message)).strip() for w in caught]
     found = np.unique(result[result >= 0]).size
     if found < n_segments:
         # k-means's own words for the same fact: "Number of distinct clusters (51) found
@@ -365,10 +367,6 @@ def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
         notes = [note for note in notes if not note.startswith("Number of distinct clusters")]
         notes.append(f"{found} segments, fewer than the {n_segments} asked")
     return result, seconds, list(dict.fromkeys(notes))
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 class Fusion(NamedTuple):
@@ -518,13 +516,11 @@ def _worker_init() -> None:
     handlers are inherited by fork) unless the parent ignores them (``nohup``: a hang-up that
     spares the run must spare its workers); and on Linux the worker is killed if the parent
     dies (kill -9), so no orphan keeps computing."""
-    stoppable = handled_stops()
+    for signum in set(handled_stops()) & set(TERMINATING):
+        signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for signum in TERMINATING:
-        if signum in stoppable:
-            signal.signal(signum, signal.SIG_DFL)
     # forked inside signals_deferred(): the parent's blocked mask is inherited
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, *TERMINATING))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if sys.platform == "linux":
         import ctypes
 

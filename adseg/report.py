@@ -349,19 +349,23 @@ def _fmt(x: Any, kind: str = "") -> str:
     return str(x)
 
 
+def fuser_outcomes(parameters) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """A run's fusers that failed and were skipped (name → error) and those that warned (name →
+    notes): ``resolved.fuser_errors`` / ``fuser_notes`` of its parameters, empty when absent."""
+    resolved = parameters.get("resolved") if isinstance(parameters, dict) else None
+    resolved = resolved if isinstance(resolved, dict) else {}
+    return resolved.get("fuser_errors") or {}, resolved.get("fuser_notes") or {}
+
+
 def _fuser_remarks(parameters: dict) -> list[str]:
     """Paragraphs for the fusers that failed and were skipped (no source in the tables) or
-    warned (``resolved.fuser_errors`` / ``fuser_notes`` of the run's parameters), escaped."""
-    resolved = parameters.get("resolved") if isinstance(parameters, dict) else None
-    if not isinstance(resolved, dict):
-        return []
+    warned (:func:`fuser_outcomes`), escaped."""
+    errors, notes = fuser_outcomes(parameters)
     lines = [
-        f"<b>{_e(name)}</b> failed and was skipped: {_e(error)}"
-        for name, error in (resolved.get("fuser_errors") or {}).items()
+        f"<b>{_e(name)}</b> failed and was skipped: {_e(error)}" for name, error in errors.items()
     ]
     lines += [
-        f"<b>{_e(name)}</b>: {_e('; '.join(map(str, found)))}"
-        for name, found in (resolved.get("fuser_notes") or {}).items()
+        f"<b>{_e(name)}</b>: {_e('; '.join(map(str, found)))}" for name, found in notes.items()
     ]
     return [f'<p class="note">Fusers — {line}.</p>' for line in lines]
 
