@@ -431,17 +431,48 @@ def test_an_idle_wal_database_in_a_read_only_folder_is_read_without_locks(
         revision, written = _read_and_try_to_write(url)
     assert revision == migrate.head_revision()
     assert "readonly database" in written
-    assert "its folder is not writable by this user" in caplog.text
+    assert f"its folder {tmp_path} is not writable by this user" in caplog.text
     assert not any((tmp_path / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
-    # a WAL file beside it means a connection has it open: SQLite's own read-only WAL path
-    # (through the existing -shm) is used, with locks, so no immutable open
+    # an empty WAL holds nothing the file lacks: still immutable; a WAL with frames and its
+    # -shm (a connection has it open, or died) is read by SQLite's own read-only WAL path,
+    # through the existing -shm, with locks
+    database = tmp_path / "adseg.db"
     (tmp_path / "adseg.db-wal").touch()
-    assert engine_module._idle_read_only_file(url) is None
+    assert engine_module._read_only_opener(database, "adseg.db") is not None
+    (tmp_path / "adseg.db-wal").write_bytes(b"\0" * 32)
+    (tmp_path / "adseg.db-shm").touch()
+    assert engine_module._read_only_opener(database, "adseg.db") is None
 
 
-@pytest.mark.skipif(
+def _as_nobody(work) -> str:
+    """What ``work()`` returns (a string) when run in a forked child that has become uid/gid
+    65534, or 'error TYPE: MESSAGE'. Needs root."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become 'nobody', work, report through the pipe, exit
+        outcome = "error"
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            outcome = work()
+        except BaseException as exc:  # everything goes back to the parent's assertion
+            outcome = f"error {type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, outcome.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as stream:
+        outcome = stream.read()
+    os.waitpid(pid, 0)
+    return outcome
+
+
+AS_ROOT = pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as 'nobody'"
 )
+
+
+@AS_ROOT
 def test_another_user_reads_the_database_from_a_folder_they_cannot_write(tmp_path, monkeypatch):
     """The same with real permissions: root writes the database into a 0755 folder, and a child
     process that has become uid/gid 65534 reads it (before the fix: 'attempt to write a
@@ -459,23 +490,7 @@ def test_another_user_reads_the_database_from_a_folder_they_cannot_write(tmp_pat
         with monkeypatch.context() as patched:  # load every module the read needs, as root
             patched.setattr(engine_module, "_folder_writable", lambda f: False, raising=False)
             _read_and_try_to_write(url)
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: become 'nobody', read, report through the pipe, exit
-            outcome = "error"
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                outcome = "|".join(_read_and_try_to_write(url))
-            except BaseException as exc:  # everything goes back to the parent's assertion
-                outcome = f"error {type(exc).__name__}: {exc}"
-            finally:
-                os.write(write_end, outcome.encode())
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as stream:
-            outcome = stream.read()
-        os.waitpid(pid, 0)
+        outcome = _as_nobody(lambda: "|".join(_read_and_try_to_write(url)))
         revision, _, written = outcome.partition("|")
         assert revision == migrate.head_revision(), outcome
         assert "readonly database" in written
@@ -541,8 +556,8 @@ def test_a_link_to_a_database_being_written_reads_its_wal(tmp_path, monkeypatch)
         assert (tmp_path / "data" / "adseg.db-wal").exists()
         monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
         url = f"sqlite:///{tmp_path / 'links' / 'adseg.db'}"
-        assert engine_module._idle_read_only_file(url) is None
-        engine = make_engine(url)
+        assert engine_module._read_only_opener(tmp_path / "data" / "adseg.db", "") is None
+        engine = make_engine(url, writes=False)
         try:
             with engine.connect() as conn:
                 rows = conn.execute(text("SELECT x FROM committed_in_wal")).all()
@@ -568,4 +583,121 @@ def test_a_database_this_user_cannot_read_gets_no_read_only_warning(tmp_path, mo
         "access",
         lambda path, mode, **kw: False if str(path) == database else real_access(path, mode, **kw),
     )
-    assert engine_module._idle_read_only_file(url) is None
+    assert engine_module._unwritable_database(url) is None
+
+
+# --- 5. a read-only database file, and read-only files beside it -------------------------------
+
+
+def test_a_read_only_database_file_is_read_without_leaving_read_only_files_beside_it(
+    tmp_path, monkeypatch, caplog
+):
+    """A reader of a 0444 database (`adseg runs` by its owner, or by anyone) made SQLite create
+    -wal and -shm files with the file's mode, 0444, and leave them: once the file was made
+    writable again every write failed with 'attempt to write a readonly database'. Such a file
+    is now read immutable (nothing created beside it), with a warning; a command that writes is
+    refused before any work, naming the file and its mode."""
+    from adseg.store import engine as engine_module
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    url = _idle_database(tmp_path)
+    database = tmp_path / "adseg.db"
+    real = engine_module._file_writable
+    monkeypatch.setattr(engine_module, "_file_writable", lambda f: f != database and real(f))
+    with caplog.at_level("WARNING", logger="adseg.store.engine"):
+        revision, written = _read_and_try_to_write(url)
+    assert revision == migrate.head_revision()
+    assert "readonly database" in written
+    assert "the file is read-only for this user" in caplog.text
+    assert not any((tmp_path / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
+    with pytest.raises(ValueError, match=r"cannot write it: the file is read-only for this user"):
+        make_engine(url)
+    for args in (["nightly"], ["db", "upgrade"]):
+        result = runner.invoke(app, [*args, "--database-url", url])
+        assert result.exit_code == 2, (args, result.output)
+        assert f"{database}: cannot write it: the file is read-only" in result.output
+    result = runner.invoke(app, ["runs", "--database-url", url])
+    assert result.exit_code == 0, result.output
+    assert not any((tmp_path / f"adseg.db{side}").exists() for side in SQLITE_SIDE_FILES)
+
+
+def test_a_read_only_file_beside_the_database_refuses_writes_by_name(tmp_path, monkeypatch):
+    """A read-only -shm (or -wal) beside a writable database made every write fail with
+    'attempt to write a readonly database', which names neither file. A command that writes is
+    now refused before any work, naming the file beside it and what to do."""
+    from adseg.store import engine as engine_module
+    from adseg.store.engine import make_engine
+
+    url = _idle_database(tmp_path)
+    shm = tmp_path / "adseg.db-shm"
+    shm.touch()
+    real = engine_module._file_writable
+    monkeypatch.setattr(engine_module, "_file_writable", lambda f: f != shm and real(f))
+    with pytest.raises(ValueError, match=rf"{shm}: cannot write the database: this file beside"):
+        make_engine(url)
+    result = runner.invoke(app, ["nightly", "--database-url", url])
+    assert result.exit_code == 2, result.output
+    assert "When no process has the database open, remove it" in result.output
+    make_engine(url, writes=False).dispose()  # reading is not refused
+
+
+def test_a_write_ahead_log_that_cannot_be_read_is_named(tmp_path, monkeypatch):
+    """A database in a folder this user cannot write, with a -wal holding committed frames and
+    no -shm (its writer died, and the -shm was removed) failed even `adseg runs` with SQLite's
+    'unable to open database file'. The error now names the log and what to do; an empty -wal
+    (nothing to read in it) is read immutable, as if it were not there."""
+    from adseg.store import engine as engine_module
+    from adseg.store.engine import make_engine
+
+    url = _idle_database(tmp_path)
+    monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+    wal = tmp_path / "adseg.db-wal"
+    wal.touch()
+    assert _read_and_try_to_write(url)[0]
+    wal.write_bytes(b"\0" * 4096)
+    with pytest.raises(ValueError, match=rf"cannot read it: its write-ahead log {wal} \(4096"):
+        make_engine(url, writes=False)
+    result = runner.invoke(app, ["runs", "--database-url", url])
+    assert result.exit_code == 2, result.output
+    assert "run any adseg command on the database as its owner" in result.output
+
+
+@AS_ROOT
+def test_another_user_reads_a_read_only_database_file_and_its_owner_writes_it_after(
+    tmp_path,
+):
+    """The 0444 case with real permissions: 'nobody' owns a 0444 database in a folder it may
+    write, reads it (before the fix this left 0444 -wal and -shm files), makes it 0644 and
+    migrates it (before the fix: 'attempt to write a readonly database')."""
+    import tempfile
+
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="adseg-ro-"))  # /tmp: others can enter
+    try:
+        url = _idle_database(folder)
+        database = folder / "adseg.db"
+        for path in (folder, database):
+            os.chown(path, 65534, 65534)
+        database.chmod(0o444)
+
+        def read_then_write() -> str:
+            revision, _ = _read_and_try_to_write(url)
+            left = [side for side in SQLITE_SIDE_FILES if Path(f"{database}{side}").exists()]
+            database.chmod(0o644)
+            engine = make_engine(url)
+            try:
+                migrate.upgrade(engine)
+                with engine.begin() as conn:
+                    conn.execute(text("CREATE TABLE scratch (x INTEGER)"))
+            finally:
+                engine.dispose()
+            return f"{revision}|{left}"
+
+        assert _as_nobody(read_then_write) == f"{migrate.head_revision()}|[]"
+    finally:
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()

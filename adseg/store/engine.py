@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import stat
 from pathlib import Path
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from adseg.config import sqlite_file
+from adseg.config import SQLITE_SIDE_FILES, sqlite_file
 
 log = logging.getLogger(__name__)
 
@@ -20,30 +21,35 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     """Create an engine. SQLite gets foreign keys on, WAL journalling (readers don't block the
     nightly writer) and a busy timeout so two processes wait instead of failing at once.
 
-    A SQLite file in a folder this user cannot write, with no WAL file beside it
-    (:func:`_idle_read_only_file`), cannot be written: SQLite must create its journal files
-    beside it. With ``writes`` such a URL is refused here (ValueError naming the folder), before
-    any work that would end in 'attempt to write a readonly database'; without, the file is
-    opened read-only without locks, with a warning: SQLite cannot otherwise even read a WAL
-    database there, because it must create the WAL index (``-shm``) first."""
+    A SQLite file this user cannot write (:func:`_unwritable_database`: its folder, where SQLite
+    creates the -wal and -shm files, or the file itself is read-only) is refused with ``writes``
+    (ValueError naming what is read-only) before any work that would end in 'attempt to write a
+    readonly database', and so are -wal / -shm files beside it that this user cannot write.
+    Without ``writes`` an idle such file is opened read-only without locks
+    (:func:`_read_only_opener`), with a warning: SQLite cannot otherwise read a WAL database in
+    a folder it cannot write, and beside a read-only file in a writable folder it would leave
+    read-only -wal / -shm files that keep the database's owner from writing it afterwards."""
     kwargs = {}
-    if (file := _idle_read_only_file(url)) is not None:
+    if (found := _unwritable_database(url)) is not None:
+        file, why = found
         given = sqlite_file(url)
         named = str(given) if given.absolute() == file else f"{given} (resolved: {file})"
         if writes:
             raise ValueError(
-                f"{named}: cannot write it: its folder {file.parent} is not writable by this "
-                "user, and SQLite creates its journal files beside the database (run as the "
-                "database's owner; reading commands such as `adseg report` and `adseg runs` "
-                "can still read it)."
+                f"{named}: cannot write it: {why} (run as a user who may write it, or change its "
+                "permissions; reading commands such as `adseg report` and `adseg runs` can "
+                "still read it)."
             )
-        log.warning(
-            "%s: its folder is not writable by this user, so SQLite cannot create the lock "
-            "files beside it; reading it read-only, without locks (a nightly that starts "
-            "writing it meanwhile could make this read inconsistent: run the command again)",
-            named,
-        )
-        kwargs["creator"] = _immutable_connector(file)
+        if (opener := _read_only_opener(file, named)) is not None:
+            log.warning(
+                "%s: %s; reading it read-only, without locks (a nightly that starts writing it "
+                "meanwhile could make this read inconsistent: run the command again)",
+                named,
+                why,
+            )
+            kwargs["creator"] = opener
+    elif writes:
+        _check_side_files_writable(url)
     try:
         engine = create_engine(url, echo=echo, future=True, **kwargs)
     except ModuleNotFoundError as exc:  # e.g. postgresql+asyncpg:// without asyncpg installed
@@ -76,31 +82,95 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     return engine
 
 
-def _idle_read_only_file(url: str) -> Path | None:
-    """The SQLite file of ``url`` (a link followed) when it exists, this process may read it,
-    its folder is not writable by this process and no ``-wal`` file lies beside it (no
-    connection has it open: the last one to close checkpoints and removes the WAL); None
-    otherwise. With a WAL file present SQLite reads the database read-only through the existing
-    ``-shm``, so nothing special is needed. SQLite follows a symbolic link to the database and
-    keeps its ``-wal`` beside the target, so that is where it is looked for: beside the link, a
-    live WAL was missed and its committed transactions went unread. A file this user cannot
-    read is left to SQLite's own error, without the warning that it is being read."""
+def _side_file(file: Path, suffix: str) -> Path:
+    """SQLite's ``-wal`` or ``-shm`` file of the database ``file``."""
+    return file.with_name(file.name + suffix)
+
+
+def _existing_sqlite_file(url: str) -> Path | None:
+    """The existing SQLite file of ``url``, a link followed (SQLite keeps the -wal and -shm
+    beside the target); None for another backend, a file not there yet, or a bad URL (which
+    create_engine names)."""
     try:
         file = sqlite_file(url)
     except ArgumentError:
-        return None  # create_engine names the bad URL
+        return None
     if file is None or not file.is_file():
         return None
-    file = file.resolve()
-    wal = file.with_name(file.name + "-wal")
-    if _folder_writable(file.parent) or wal.exists() or not os.access(file, os.R_OK):
+    return file.resolve()
+
+
+def _unwritable_database(url: str) -> tuple[Path, str] | None:
+    """``(file, why)`` when the SQLite file of ``url`` (:func:`_existing_sqlite_file`) exists,
+    this process may read it, and may not write it: its folder is not writable (SQLite creates
+    its journal files there) or the file is read-only. None otherwise, also for a file this
+    user cannot read: that is left to SQLite's own error, without the warning that it is being
+    read."""
+    file = _existing_sqlite_file(url)
+    if file is None or not os.access(file, os.R_OK):
         return None
-    return file
+    if not _folder_writable(file.parent):
+        return file, (
+            f"its folder {file.parent} is not writable by this user, and SQLite creates its "
+            "journal files beside the database"
+        )
+    if not _file_writable(file):
+        mode = stat.S_IMODE(file.stat().st_mode)
+        return file, f"the file is read-only for this user (mode {mode:04o})"
+    return None
+
+
+def _read_only_opener(file: Path, named: str):
+    """How to read ``file``, which this user cannot write: an immutable open (no locks, no
+    -wal / -shm created) when no WAL holds anything, else None (SQLite reads the WAL through the
+    existing -shm, or one it creates). A missing or empty -wal holds nothing: every committed
+    transaction is in the database file (the last connection to close checkpoints the WAL into
+    it and removes it). A non-empty -wal with no -shm, in a folder this user cannot write,
+    cannot be read at all (SQLite must create the -shm first): ValueError saying so, where
+    SQLite would only say 'unable to open database file'."""
+    wal, shm = _side_file(file, "-wal"), _side_file(file, "-shm")
+    try:
+        logged = wal.stat().st_size
+    except FileNotFoundError:
+        logged = 0
+    if logged == 0:
+        return _immutable_connector(file)
+    if not shm.exists() and not _folder_writable(file.parent):
+        raise ValueError(
+            f"{named}: cannot read it: its write-ahead log {wal} ({logged} bytes) holds "
+            f"transactions not yet copied into the database, and SQLite must create {shm.name} "
+            "to read them, in a folder this user cannot write (run any adseg command on the "
+            "database as its owner: the last connection to close copies the log in; then read "
+            "it again)."
+        )
+    return None
+
+
+def _check_side_files_writable(url: str) -> None:
+    """ValueError when a -journal, -wal or -shm file lies beside the SQLite database of ``url``
+    (:func:`_existing_sqlite_file`) and this user cannot write it: every write would fail with
+    'attempt to write a readonly database'. Such files are left, read-only, by a reader of a
+    database file that was read-only at the time (SQLite creates them with the file's mode)."""
+    if (file := _existing_sqlite_file(url)) is None:
+        return
+    for suffix in SQLITE_SIDE_FILES:
+        side = _side_file(file, suffix)
+        if side.exists() and not _file_writable(side):
+            raise ValueError(
+                f"{side}: cannot write the database: this file beside it is read-only for this "
+                "user (left by a reader while the database was read-only?). When no process "
+                "has the database open, remove it (or make it writable), then run again."
+            )
 
 
 def _folder_writable(folder: Path) -> bool:
     """Whether this process may create files in ``folder`` (root may, whatever the mode)."""
     return os.access(folder, os.W_OK | os.X_OK)
+
+
+def _file_writable(file: Path) -> bool:
+    """Whether this process may write ``file`` (root may, whatever the mode)."""
+    return os.access(file, os.W_OK)
 
 
 def _immutable_connector(file: Path):
