@@ -830,11 +830,16 @@ def nightly(
 def print_nightly(result, windows) -> None:
     """The MAPE table by source (supply = actual bid requests, as the paper), then timings."""
     mape = result.result.mape
-    out.print(
+    asked = result.n_segments
+    header = (
         f"run {result.run_id}: train {windows.train_start}..{windows.train_end}, "
-        f"evaluate {windows.eval_start}..{windows.eval_end}, {result.n_segments} "
-        f"segment{'s' if result.n_segments != 1 else ''}"
+        f"evaluate {windows.eval_start}..{windows.eval_end}, "
+        f"{asked} segment{'s' if asked != 1 else ''}"
     )
+    found = mape.loc[mape["source"] == result.primary_fuser, "n_segments"]
+    if len(found) and (reached := int(found.iloc[0])) != asked:  # sccbg may find fewer
+        header += f" asked ({result.primary_fuser}, the primary fuser, found {reached})"
+    out.print(header)
     _print_mape_tables(mape, result.truth_ari)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
     out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))

@@ -659,6 +659,7 @@ class NightlyResult:
     consistency: pd.DataFrame
     truth_ari: dict[str, float]
     fusers_left_out: list[str] = field(default_factory=list)
+    primary_fuser: str = PRIMARY_FUSER  # the source whose segments are the product
 
 
 @contextmanager
@@ -861,6 +862,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         view_consistency(views),
         truth_ari,
         left_out,
+        config.primary(),
     )
 
 

@@ -1122,6 +1122,22 @@ def test_a_fusers_warnings_and_a_short_count_are_notes_logged_once(monkeypatch, 
     ]
 
 
+def test_the_nightly_header_says_when_the_primary_fuser_found_fewer_segments(
+    loaded, db_url, monkeypatch
+):
+    """`nightly --primary sccbg` whose sccbg found 51 segments of 55 printed 'run 1: ..., 55
+    segments' above a table whose sccbg row said 51: the product has the primary's segments."""
+    monkeypatch.setitem(FUSERS, "collapsing", _Collapsing)
+    base = ["nightly", "--database-url", db_url, "--segments", "4", "--fuser", "l2"]
+    res = runner.invoke(app, [*base, "--primary", "collapsing"])
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0]
+    assert header.endswith(", 4 segments asked (collapsing, the primary fuser, found 3)"), header
+    res = runner.invoke(app, base)  # the primary found all it was asked for: the header as ever
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].endswith(", 4 segments"), res.output
+
+
 def test_segment_keeps_the_notes_and_errors_of_the_fusers_it_does_not_rerun():
     """`segment --run N --fuser l2` replaced resolved.fuser_notes and fuser_errors with its own:
     sccbg's note that it made fewer segments than asked was lost while its segments stayed
