@@ -994,7 +994,14 @@ def segment_command(
             "above 2,000 advertisers.",
         ),
     ] = None,
-    segments: Annotated[int | None, typer.Option(help="Number of segments.", min=1)] = None,
+    segments: Annotated[
+        int | None,
+        typer.Option(
+            help="Number of segments (default: the run's own, as its nightly or last segment "
+            "was asked; else the views' median).",
+            min=1,
+        ),
+    ] = None,
     seed: RunSeed = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,

@@ -20,7 +20,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -928,8 +928,9 @@ def run_segment(
 ) -> dict:
     """Segment a run again from its stored base clusterings: the fusers' consensus and the
     single-view sources (win_rate, ecpm, text), as the nightly makes them, at the chosen number of
-    segments. Those sources' segments are replaced and their forecasts and scores (made with the
-    old segments) deleted; ``"unscored"`` in the result lists the sources that had some.
+    segments (by default the run's own: :func:`_segments_asked`). Those sources' segments are
+    replaced and their forecasts and scores (made with the old segments) deleted;
+    ``"unscored"`` in the result lists the sources that had some.
 
     The single-view sources attach advertisers left out of a KS view by their training-window
     samples (:func:`attach_excluded`), read again: one auction query over the training window.
@@ -937,8 +938,10 @@ def run_segment(
     """
 
     def work(run):
+        stored = run["parameters"] or {}
+        asked = replace(config, n_segments=_segments_asked(config, stored))
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
-        k = choose_n_segments(columns, labels, config.n_segments)
+        k = choose_n_segments(columns, labels, asked.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
         fusion = fuse(labels, names, k, config.seed, config.primary(), progress)
         fused, errors = fusion.segmentations, fusion.errors
@@ -948,7 +951,6 @@ def run_segment(
             labels, columns, k, config.single_view_alpha, {"win_rate": win, "ecpm_cost": cost}
         )
         segmentations.update(fused)
-        stored = run["parameters"] or {}
         # a fuser that failed keeps no segments from before (the nightly leaves it out too), and
         # one a run stored under an alias (spcc, before names were made canonical) is remade
         # under its canonical name: neither may be scored beside the new segments
@@ -967,7 +969,7 @@ def run_segment(
             new_aris = truth_aris(truth, segmentations)
         parameters = _segment_parameters(
             stored,
-            config,
+            asked,
             list(fused),
             k,
             dropped=dropped,
@@ -988,6 +990,18 @@ def run_segment(
         return out, parameters, {"fusers": fusion.seconds}
 
     return _stage_on_run(engine, run_id, "segment", work)
+
+
+def _segments_asked(config: NightlyConfig, stored: dict) -> int | None:
+    """The number of segments `adseg segment` asks for: ``config.n_segments`` when given, else
+    the one the run's parameters record as asked (its nightly's --segments, or the last
+    segment's), else None (the views' median, as the nightly chooses it). Without this a
+    nightly made with --segments 4 was re-segmented at the median and lost its 4 from the
+    record."""
+    if config.n_segments is not None:
+        return config.n_segments
+    recorded = stored.get("n_segments")
+    return None if recorded is None else int(recorded)
 
 
 def _segment_parameters(

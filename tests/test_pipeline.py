@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -734,6 +735,26 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
     resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
     assert resolved["n_segments_by_fuser"] == {"rcc": k, "l2": 3}
     assert store.read_segments(loaded, run_id)["rcc"].nunique() == k != 3
+
+
+def test_segment_keeps_the_number_of_segments_the_run_was_asked_for(loaded, market_dir):
+    """`nightly --segments 4` then `segment --run N --fuser l2` remade l2 at the views' median
+    (6 here) beside rcc's 4 and wrote n_segments = null over the nightly's 4 (QA). Without
+    --segments, segment now asks for the run's own K; with it, the new K is recorded and is the
+    next segment's default."""
+    config = _config(market_dir, truth_path=None, fusers=("rcc", "l2"), n_segments=4)
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    _, labels, columns = store.read_base_clusterings(loaded, run_id)
+    median = pipeline.choose_n_segments(columns, labels, None)
+    assert median not in (3, 4)  # else the test could not tell the defaults apart
+    again = _config(market_dir, truth_path=None, fusers=("l2",))
+    assert pipeline.run_segment(loaded, run_id, again)["n_segments"] == 4
+    params = store.get_run(loaded, run_id)["parameters"]
+    assert params["n_segments"] == 4 and params["resolved"]["n_segments_by_fuser"]["l2"] == 4
+    assert store.read_segments(loaded, run_id)["l2"].nunique() == 4
+    pipeline.run_segment(loaded, run_id, replace(again, n_segments=3))
+    assert pipeline.run_segment(loaded, run_id, again)["n_segments"] == 3
+    assert store.get_run(loaded, run_id)["parameters"]["n_segments"] == 3
 
 
 def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tmp_path):
