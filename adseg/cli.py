@@ -1205,8 +1205,9 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 
 
 def _check_output(path: Path | None, option: str) -> None:
-    """At the door, before any work: an output path must name a file, and the nearest existing
-    folder on its way must be a folder we may write in (the missing ones are created)."""
+    """At the door, before any work: an output path must name a file, one we may write when it
+    exists (as a shell redirection would require), and the nearest existing folder on its way
+    must be a folder we may write in (the missing ones are created)."""
     if path is None:
         return
     if path.is_dir():
@@ -1215,9 +1216,11 @@ def _check_output(path: Path | None, option: str) -> None:
         if not _open_for_writing(fd):
             raise CliError(f"{option} {path}: file descriptor {fd} is not open for writing")
         return
+    if path.exists() and not os.access(path, os.W_OK):  # a link: its target's permissions
+        # the report is renamed over a regular file, which only its folder's permissions allow:
+        # without this a 0444 file, or another user's, was silently replaced (QA)
+        raise CliError(f"{option} {path}: no permission to write it")
     if path.exists() and not path.is_file():  # a FIFO, a device: written in place
-        if not os.access(path, os.W_OK):
-            raise CliError(f"{option} {path}: no permission to write it")
         return
     parent = Path(os.path.realpath(path)).parent
     while not parent.exists():

@@ -950,6 +950,32 @@ def test_an_output_folder_without_write_permission_is_refused_up_front(tmp_path,
         cli._check_output(tmp_path / "sub" / "report.html", "--report-html")
 
 
+def test_an_existing_output_file_without_write_permission_is_refused_up_front(
+    tmp_path, monkeypatch
+):
+    """The report is renamed over the file, which only the folder's permissions allow: a 0444
+    report, or one another user owns, was silently replaced (QA). Refused as a shell
+    redirection would refuse it, before any work, the file left as it was."""
+    import os
+
+    from adseg import cli
+
+    existing = tmp_path / "final.json"
+    existing.write_text("v1")
+    (tmp_path / "link.json").symlink_to(existing)
+    real_access = os.access
+    monkeypatch.setattr(  # as the real one, the link's target's permissions count
+        os,
+        "access",
+        lambda p, mode: os.path.realpath(p) != os.path.realpath(existing) and real_access(p, mode),
+    )
+    for given in (existing, tmp_path / "link.json"):
+        with pytest.raises(cli.CliError, match=f"{given}: no permission to write it"):
+            cli._check_output(given, "--output")
+    cli._check_output(tmp_path / "new.json", "--output")  # a new file in the folder: fine
+    assert existing.read_text() == "v1"
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
