@@ -1132,9 +1132,9 @@ def report(
     try:
         run_id = run if run is not None else latest_completed_run(engine, with_forecasts=True)
         if output is None:
-            _write_stdout(_render_report(engine, run_id, fmt))
+            _write_stdout(_render_report(engine, run_id, fmt, warn=True))
         else:
-            _write_report(engine, run_id, fmt, output)
+            _write_report(engine, run_id, fmt, output, warn=True)
             if not quiet:
                 err.print(f"wrote {fmt} report of run {run_id} to {output}", markup=False)
     except RunNotFoundError as exc:
@@ -1150,16 +1150,41 @@ def _format_of(output: Path | None) -> str:
     return REPORT_FORMATS.get(suffix, "json")
 
 
-def _render_report(engine, run_id: int, fmt: str) -> str:
+def _render_report(engine, run_id: int, fmt: str, *, warn: bool = False) -> str:
+    """The report of ``run_id`` in ``fmt``; with ``warn``, a warning on standard error when some
+    of the run's segments have no scores (the report cannot show them)."""
     from adseg.pipeline import load_report_data
     from adseg.report import render
 
-    return render(load_report_data(engine, run_id), fmt)
+    data = load_report_data(engine, run_id)
+    if warn:
+        _warn_unscored(run_id, data.unscored_sources(), scored=len(data.mape) > 0)
+    return render(data, fmt)
 
 
-def _write_report(engine, run_id: int, fmt: str, path: Path) -> None:
+def _warn_unscored(run_id: int, unscored: list[str], *, scored: bool) -> None:
+    """Say (a warning: even with --quiet) that the report lacks sources, and what scores them:
+    after `adseg segment`, or for a `views` run, a report that looked complete had none of the
+    remade sources, or nothing at all (QA)."""
+    if scored and not unscored:
+        return
+    if scored:
+        what = (
+            f"{', '.join(unscored)} {'have' if len(unscored) > 1 else 'has'} segments but no "
+            "scores (remade by `adseg segment` since the run's last forecast), so the report "
+            f"leaves {'them' if len(unscored) > 1 else 'it'} out"
+        )
+        then = f"`adseg forecast --run {run_id}` scores"
+    else:
+        what = "it has no forecasts yet"
+        then = "" if unscored else f"`adseg segment --run {run_id}`, then "
+        then += f"`adseg forecast --run {run_id}` scores"
+    err.print(f"warning: run {run_id}: {what}; {then} {'them' if scored else 'it'}", markup=False)
+
+
+def _write_report(engine, run_id: int, fmt: str, path: Path, *, warn: bool = False) -> None:
     """Render, then write atomically: a failed render leaves no file at all."""
-    _write_atomic(path, _render_report(engine, run_id, fmt))
+    _write_atomic(path, _render_report(engine, run_id, fmt, warn=warn))
 
 
 def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:

@@ -1147,7 +1147,9 @@ def load_report_data(engine: Engine, run_id: int):
     names = reads.advertisers(engine).set_index("advertiser_id")["name"].to_dict()
     kwargs = {}
     if sizes is not None:
-        kwargs["segment_sizes"] = sizes[["source", "segment", "n_advertisers"]]
+        kwargs["segment_sizes"] = _in_source_order(
+            sizes[["source", "segment", "n_advertisers"]], run
+        )
     return ReportData(
         run=run,
         mape=_in_source_order(saved["mape"], run),

@@ -54,7 +54,7 @@ PAPER_MAPE = pd.DataFrame(
     }
 )
 
-JSON_SCHEMA_VERSION = 2
+JSON_SCHEMA_VERSION = 3
 JSON_TOP_LEVEL_KEYS = (
     "schema_version",
     "run_id",
@@ -71,6 +71,7 @@ JSON_TOP_LEVEL_KEYS = (
     "kappa",
     "consistency",
     "clusters_per_view",
+    "unscored_sources",
 )
 JSON_SOURCE_KEYS = (
     "impressions_mape",
@@ -82,10 +83,10 @@ JSON_SOURCE_KEYS = (
     "n_missing_forecast",
 )
 JSON_SCHEMA = """\
-render_json schema, version 2 (version 1 had no "n_missing_forecast"). Numbers are JSON
-numbers; NaN, +inf and -inf are null.
+render_json schema, version 3 (version 2 had no "unscored_sources", version 1 no
+"n_missing_forecast"). Numbers are JSON numbers; NaN, +inf and -inf are null.
 {
-  "schema_version": 2,
+  "schema_version": 3,
   "run_id":       run id (as given: string or integer),
   "status":       run status string, or null,
   "windows":      object as given in the run metadata, e.g.
@@ -108,7 +109,10 @@ numbers; NaN, +inf and -inf are null.
   "kappa":        {source: {"win": κ, "cost": κ}}  the blended estimate's shrinkage constants;
                   null = κ infinite (the pure segment c.d.f.),
   "consistency":  [{column: value}, ...]  the views' consistency (Table 5), records as given,
-  "clusters_per_view": [{column: value}, ...]  clusters per view and α (Table 4), as given
+  "clusters_per_view": [{column: value}, ...]  clusters per view and α (Table 4), as given,
+  "unscored_sources": [source, ...]  sources whose segments have no scores (remade by
+                  `adseg segment` since the run's last forecast: `adseg forecast --run`
+                  scores them); they are missing from "sources" and "blended"
 }
 ENTRY = {"impressions_mape": fraction (0.16 = 16%) or null, "spend_mape": fraction or null,
          "n_advertisers": advertisers scored, "n_segments": segments in the source,
@@ -189,6 +193,12 @@ class ReportData:
             forecasts=result.forecasts,
             **kwargs,
         )
+
+    def unscored_sources(self) -> list[str]:
+        """Sources with segments (``segment_sizes``) but no row in ``mape``: remade by
+        `adseg segment` since the run's last forecast, which removed their old scores."""
+        scored = set(self.mape["source"]) if "source" in self.mape else set()
+        return [s for s in dict.fromkeys(self.segment_sizes["source"]) if s not in scored]
 
     def resolved_primary_source(self) -> str | None:
         sources = list(dict.fromkeys(self.mape["source"])) if len(self.mape) else []
@@ -284,6 +294,7 @@ def render_json(data: ReportData) -> str:
         "kappa": kappa,
         "consistency": _records(data.consistency),
         "clusters_per_view": _records(data.clusters_per_view),
+        "unscored_sources": data.unscored_sources(),
     }
     assert tuple(doc) == JSON_TOP_LEVEL_KEYS
     return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
@@ -476,6 +487,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .meta td{text-align:left}.note{color:#555;font-size:.9em}img{max-width:100%}
+.warn{color:#8a4b00;font-weight:bold}
 """
 
 
@@ -554,15 +566,29 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         "training window. Sources <b>own</b> (no segmentation) and <b>global</b> (one segment) "
         "are references. Zero actuals are left out of the MAPE and counted.</p>"
     )
+    rid = _e(run.get("run_id", "ID"))
+    unscored = data.unscored_sources()
     if len(data.mape):
+        if unscored:
+            parts.append(
+                '<p class="warn">Not scored: '
+                + ", ".join(f"<b>{_e(s)}</b>" for s in unscored)
+                + " — their segments were remade (<code>adseg segment</code>) after this run's "
+                f"last forecast, which removed their scores: <code>adseg forecast --run {rid}"
+                "</code> scores them.</p>"
+            )
         for mode in _supply_modes(data.mape):  # one table per supply mode
             parts.append(f"<h3>{_e(mode)} supply</h3>")
             parts.append(_table(*_mape_pivot(data.mape, mode)))
-    else:
-        rid = _e(run.get("run_id", "ID"))
+    elif unscored:
         parts.append(
-            "<p>No forecasts were scored for this run yet: <code>adseg segment --run "
-            f"{rid}</code> then <code>adseg forecast --run {rid}</code>.</p>"
+            f'<p class="warn">No forecasts were scored for this run yet: <code>adseg forecast '
+            f"--run {rid}</code> scores its segments.</p>"
+        )
+    else:
+        parts.append(
+            '<p class="warn">No forecasts were scored for this run yet: <code>adseg segment '
+            f"--run {rid}</code> then <code>adseg forecast --run {rid}</code>.</p>"
         )
     parts.extend(_fuser_remarks(params))
     parts.append(

@@ -757,6 +757,47 @@ def test_segment_keeps_the_number_of_segments_the_run_was_asked_for(loaded, mark
     assert store.get_run(loaded, run_id)["parameters"]["n_segments"] == 3
 
 
+def test_a_report_says_which_sources_segment_left_unscored(loaded, market_dir, db_url, tmp_path):
+    """After `segment --run N --fuser l2` the report of run N had no l2 nor single-view sources
+    (their scores were removed with their old segments) and said nothing, exit 0; a `views` run's
+    report was empty, silently (QA). The JSON lists them, the HTML says so above the MAPE
+    tables, and the command warns on standard error (with --quiet too) what scores them."""
+    config = _config(market_dir, truth_path=None, fusers=("rcc", "l2"), n_segments=4)
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    base = ["report", "--run", str(run_id), "--database-url", db_url]
+    res = runner.invoke(app, [*base, "--format", "json"])
+    assert res.exit_code == 0 and "warning" not in res.output
+    assert json.loads(res.output)["unscored_sources"] == []
+    args = ["segment", "--run", str(run_id), "--fuser", "l2", "-q", "--database-url", db_url]
+    assert runner.invoke(app, args).exit_code == 0
+    unscored = ["win_rate", "ecpm", "text", "l2"]
+    html = tmp_path / "r.html"
+    res = runner.invoke(app, [*base, "-q", "-o", str(html)])
+    assert res.exit_code == 0, res.output
+    assert res.output == (
+        f"warning: run {run_id}: {', '.join(unscored)} have segments but no scores (remade by "
+        "`adseg segment` since the run's last forecast), so the report leaves them out; "
+        f"`adseg forecast --run {run_id}` scores them\n"
+    )
+    page = html.read_text()
+    assert "Not scored: " + ", ".join(f"<b>{s}</b>" for s in unscored) in page
+    res = runner.invoke(app, [*base, "--format", "json", "-q"])
+    assert json.loads(res.output[res.output.index("{") :])["unscored_sources"] == unscored
+    args = ["forecast", "--run", str(run_id), "-q", "--database-url", db_url]
+    assert runner.invoke(app, args).exit_code == 0
+    res = runner.invoke(app, [*base, "--format", "json"])
+    assert json.loads(res.output)["unscored_sources"] == []
+    # a views run: no segments, no forecasts
+    res = runner.invoke(app, ["views", "-q", "--database-url", db_url])
+    views_run = int(store.list_runs(loaded)["run_id"].max())
+    res = runner.invoke(app, ["report", "--run", str(views_run), "--database-url", db_url])
+    assert res.exit_code == 0
+    assert res.output.startswith(
+        f"warning: run {views_run}: it has no forecasts yet; `adseg segment --run {views_run}`, "
+        f"then `adseg forecast --run {views_run}` scores it\n"
+    )
+
+
 def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tmp_path):
     """5 days of data: 3 train + 2 evaluate, all inside the data (not a window before it)."""
     import datetime as dt

@@ -157,8 +157,9 @@ def test_json_schema_keys_are_stable(data):
         "kappa",
         "consistency",
         "clusters_per_view",
+        "unscored_sources",
     }
-    assert doc["schema_version"] == 2 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
+    assert doc["schema_version"] == 3 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
     assert set(doc["sources"]) == {"rcc", "text", "own", "global"}
     for block in (doc["sources"], doc["blended"], *doc["supply_forecast"].values()):
         for entry in block.values():
