@@ -688,14 +688,18 @@ def _frame(columns: dict[str, object]) -> pd.DataFrame:
 
 
 def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
+    """The header's problems: required columns missing, and required columns named twice
+    (which of the two is meant cannot be told), both said: a column renamed by mistake into
+    another's name is both."""
     names = list(frame.columns)
-    missing = [c for c in COLUMNS[table] if c not in names]
-    if missing:
-        return [Problem(file, f"missing required column(s): {', '.join(missing)}")]
-    repeated = [c for c in COLUMNS[table] if names.count(c) > 1]
-    if repeated:  # which of the two is meant cannot be told
-        return [Problem(file, f"column(s) named twice in the header: {', '.join(repeated)}")]
-    return []
+    problems = []
+    if missing := [c for c in COLUMNS[table] if c not in names]:
+        problems.append(Problem(file, f"missing required column(s): {', '.join(missing)}"))
+    if repeated := [c for c in COLUMNS[table] if names.count(c) > 1]:
+        problems.append(
+            Problem(file, f"column(s) named twice in the header: {', '.join(repeated)}")
+        )
+    return problems
 
 
 def _text(series: pd.Series) -> pd.Series:

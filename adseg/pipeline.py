@@ -325,7 +325,8 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
         if requested > distinct:
             raise ValueError(
                 f"--segments {requested} is more than the base clusterings can tell apart: the "
-                f"{n} advertisers fall in {distinct} groups with identical labels in every view; "
+                f"{n} advertisers fall in {distinct} group{'s' if distinct != 1 else ''} with "
+                "identical labels in every view; "
                 f"ask for at most {distinct}."
             )
         return requested

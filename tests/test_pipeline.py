@@ -1541,6 +1541,8 @@ def test_one_segment_when_the_ks_views_find_no_difference():
     assert pipeline.choose_n_segments(columns, two_groups, 2) == 2
     with pytest.raises(ValueError, match="--segments 3 is more than .* 2 groups"):
         pipeline.choose_n_segments(columns, two_groups, 3)
+    with pytest.raises(ValueError, match="the 50 advertisers fall in 1 group with identical"):
+        pipeline.choose_n_segments(columns, labels, 2)
 
 
 def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir, tmp_path):

@@ -792,6 +792,13 @@ def test_header_names_are_trimmed(engine, db_url, tmp_path):
     assert _problems(directory) == [
         f"{directory / 'advertisers.csv'}: column(s) named twice in the header: name"
     ]
+    # a column renamed by mistake into another's name: one missing, one twice, both said (only
+    # the missing one was: QA)
+    (directory / "advertisers.csv").write_text("advertiser_id,name,name\nx,a,b\n")
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv'}: missing required column(s): description",
+        f"{directory / 'advertisers.csv'}: column(s) named twice in the header: name",
+    ]
 
 
 def test_parquet_integer_ids_read_as_float_are_whole_numbers(engine, db_url, tmp_path):
