@@ -344,9 +344,15 @@ def _require_schema(engine) -> None:
     from adseg.store import migrate
 
     current = migrate.check_known(engine)
+    if current is None:
+        raise CliError(
+            "the database has no adseg schema yet (an empty database, or another "
+            "application's): run `adseg db upgrade` first",
+            EXIT_BAD_INPUT,
+        )
     if current != migrate.head_revision():
         raise CliError(
-            f"database schema is at {current or 'nothing'}, not {migrate.head_revision()}: "
+            f"database schema is at {current}, not {migrate.head_revision()}: "
             "run `adseg db upgrade` first",
             EXIT_BAD_INPUT,
         )

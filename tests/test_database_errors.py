@@ -701,3 +701,32 @@ def test_another_user_reads_a_read_only_database_file_and_its_owner_writes_it_af
         for child in folder.iterdir():
             child.unlink()
         folder.rmdir()
+
+
+def test_an_empty_database_file_is_left_empty_by_a_refused_command(tmp_path):
+    """A command refused an empty (0-byte) SQLite file for want of a schema turned it into a
+    4,096-byte database on the way (setting WAL writes the header): a refused command must leave
+    the data as it was (QA). `db upgrade` still makes it a database, in WAL mode afterwards."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    database = tmp_path / "empty.db"
+    database.touch()
+    url = f"sqlite:///{database}"
+    (tmp_path / "inbox").mkdir()
+    for args in (["runs"], ["ingest", str(tmp_path / "inbox")], ["nightly"]):
+        result = runner.invoke(app, [*args, "--database-url", url])
+        assert result.exit_code == 2, (args, result.output)
+        assert "the database has no adseg schema yet" in result.output
+        assert "run `adseg db upgrade` first" in result.output
+        assert database.stat().st_size == 0, args
+        assert not any(Path(f"{database}{side}").exists() for side in SQLITE_SIDE_FILES)
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
+    assert result.exit_code == 0, result.output
+    engine = make_engine(url)
+    try:
+        assert migrate.current_revision(engine) == migrate.head_revision()
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        engine.dispose()

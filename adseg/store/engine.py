@@ -69,7 +69,11 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
         def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
-            if not str(engine.url.database or "").startswith(":memory:") and engine.url.database:
+            database = engine.url.database
+            # an empty file is no database yet: setting WAL would write its header, so a
+            # command refused for want of a schema changed the file; `db upgrade` fills it in
+            # rollback-journal mode, and every later connection sets WAL
+            if database and not database.startswith(":memory:") and _has_content(database):
                 try:
                     cur.execute("PRAGMA journal_mode=WAL")
                 except sqlite3.OperationalError:  # a read-only file: reading needs no WAL
@@ -161,6 +165,14 @@ def _check_side_files_writable(url: str) -> None:
                 "user (left by a reader while the database was read-only?). When no process "
                 "has the database open, remove it (or make it writable), then run again."
             )
+
+
+def _has_content(database: str) -> bool:
+    """Whether the SQLite file ``database`` (a path as the URL gives it) holds any bytes."""
+    try:
+        return os.path.getsize(database) > 0
+    except OSError:  # not there: SQLite is about to say so
+        return False
 
 
 def _folder_writable(folder: Path) -> bool:
