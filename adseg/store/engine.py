@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from adseg.config import SQLITE_SIDE_FILES, sqlite_file
 
@@ -71,8 +71,8 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             database = engine.url.database
             # an empty file is no database yet: setting WAL would write its header, so a
-            # command refused for want of a schema changed the file; `db upgrade` fills it in
-            # rollback-journal mode, and every later connection sets WAL
+            # command refused for want of a schema changed the file; `db upgrade` fills it,
+            # then sets WAL (use_wal), which every connection open on it then follows
             if database and not database.startswith(":memory:") and _has_content(database):
                 try:
                     cur.execute("PRAGMA journal_mode=WAL")
@@ -165,6 +165,19 @@ def _check_side_files_writable(url: str) -> None:
                 "user (left by a reader while the database was read-only?). When no process "
                 "has the database open, remove it (or make it writable), then run again."
             )
+
+
+def use_wal(engine: Engine) -> None:
+    """Put a SQLite file database in WAL mode (a no-op elsewhere). WAL is a property of the
+    file, so the engine's other open connections follow it too; the connect hook sets it on
+    every database that has content, this is for one just created from an empty file."""
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if database and not database.startswith(":memory:"):
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        except OperationalError:  # busy beyond the timeout: the next connection sets it
+            pass
 
 
 def _has_content(database: str) -> bool:

@@ -10,6 +10,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
+from adseg.store.engine import use_wal
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 MIGRATION_LOCK_KEY = int.from_bytes(b"adsegmig", "big")
 """Key of the PostgreSQL advisory lock that serialises migrations (a fixed BIGINT)."""
@@ -60,6 +62,7 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
         )
     cfg = _config(engine)
     command.upgrade(cfg, revision)
+    use_wal(engine)  # a SQLite file created empty was filled without it
     return cfg.attributes.get("revision_at_lock", current)
 
 
