@@ -730,3 +730,21 @@ def test_an_empty_database_file_is_left_empty_by_a_refused_command(tmp_path):
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     finally:
         engine.dispose()
+
+
+def test_the_engine_that_creates_a_sqlite_database_uses_wal(tmp_path):
+    """The connect hook leaves an empty file alone (above), so the engine that migrated a new
+    file kept rollback journalling on its open connections: a reader then blocked a writer,
+    which WAL exists to avoid. db upgrade ends by setting WAL, which they follow."""
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        with engine.connect() as conn:  # opened before the upgrade, kept in the pool
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "delete"
+        migrate.upgrade(engine)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        engine.dispose()
