@@ -23,7 +23,7 @@ demo: $(BIN)/adseg
 	mkdir -p $(DATA)
 	$(BIN)/adseg db upgrade
 	@for f in advertisers.csv.gz auctions.csv.gz delivery.csv.gz truth.csv config.json; do \
-		[ -f $(MARKET)/$$f ] || { $(BIN)/adseg sample generate --out $(MARKET) || exit 1; break; }; \
+		[ -f $(MARKET)/$$f ] || { $(BIN)/adseg sample generate --force --out $(MARKET) || exit 1; break; }; \
 	done
 	$(BIN)/adseg ingest $(MARKET)
 	$(BIN)/adseg nightly --truth $(MARKET)/truth.csv --report-html $(DATA)/report.html

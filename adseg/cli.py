@@ -396,6 +396,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 @handle_errors
 def db_upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    no_create: Annotated[
+        bool,
+        typer.Option(
+            "--no-create",
+            help="Refuse a SQLite file that does not exist instead of creating it (scheduled "
+            "jobs: a mistyped URL must not start a new, empty database).",
+        ),
+    ] = False,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -404,6 +412,11 @@ def db_upgrade(
 
     url = database_url(database_url_)
     file = sqlite_file(url)
+    if no_create and file is not None and not file.exists():
+        raise CliError(
+            f"no SQLite database at {file} (--no-create): check --database-url / "
+            "$ADSEG_DATABASE_URL, or create it once with `adseg db upgrade`"
+        )
     new_file = file is not None and _create_new_file(file)
     engine = _engine(url, create=True)
     try:
@@ -608,6 +621,13 @@ def sample_generate(
     seed: Annotated[
         int, typer.Option(help="Random seed (same seed → identical files).")
     ] = 20260302,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Write into a folder that is not empty (replacing the files named alike).",
+        ),
+    ] = False,
     quiet: Quiet = False,
 ) -> None:
     """Write a simulated marketplace (advertisers, auctions, delivery .csv.gz + truth.csv)."""
@@ -617,6 +637,14 @@ def sample_generate(
 
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
+    if not force and out_dir.is_dir() and (found := sorted(p.name for p in out_dir.iterdir())):
+        # an inbox named by mistake would have its data replaced by simulated data, and files
+        # left beside ours (advertisers.csv beside advertisers.csv.gz) make it fail to ingest
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise CliError(
+            f"--out {out_dir} is not empty ({shown}): give a new or empty folder, or --force "
+            "to write into it anyway"
+        )
     try:
         config = MarketplaceConfig(
             n_advertisers=advertisers,

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # adseg's nightly job: for cron or a systemd timer (examples in jobs/README.md).
 #
-#   ADSEG_DATABASE_URL   the database (default: sqlite:///adseg.db in ADSEG_HOME)
+#   ADSEG_DATABASE_URL   the database (default: sqlite:///adseg.db in ADSEG_HOME); it must exist
+#                        (`adseg db upgrade` creates it once); the job migrates it, and refuses
+#                        a missing SQLite file with exit 2
 #   ADSEG_HOME           working folder: reports/ and logs/ go here (default: this repo's root)
 #   ADSEG_INBOX          optional folder of new ingest files, loaded before the run; a folder with
 #                        no files in it (hidden files and subfolders aside) is logged and skipped,
 #                        and the run uses the data already in the database
 #
 # Exit codes a scheduler can act on: 0 done; 1 the run failed (its run row says why: `adseg runs`);
-# 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder);
+# 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder, a
+#   missing SQLite database, an ADSEG_HOME where reports/ and logs/ cannot be written);
 # 75 another nightly holds the lock, the SQLite database is locked by another writer, or the
 #    database server cannot be reached (retry);
 # 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (the run is marked failed, lock released).
@@ -49,9 +52,11 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 ADSEG_HOME="${ADSEG_HOME:-$HERE}"
 ADSEG="${ADSEG_BIN:-$HERE/.venv/bin/adseg}"
 cd "$ADSEG_HOME" || exit 2
-mkdir -p reports logs
+# a folder that cannot hold the reports or the log is configuration (2), not a failed run (1)
+mkdir -p reports logs || exit 2
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 log="logs/nightly-$stamp.log"
+: >>"$log" || exit 2
 step() {
   if [ -n "$stop" ]; then
     echo "$(date -u +%FT%TZ) stopped by SIG$stop before: ${1##*/} ${2:-}"
@@ -85,7 +90,9 @@ finish() {
 }
 {
   echo "$(date -u +%FT%TZ) nightly start"
-  step "$ADSEG" db upgrade --quiet || finish $?
+  # --no-create: a mistyped SQLite URL is an error (2), not a new empty database that the
+  # inbox would then be loaded into; the database is created once, by hand (jobs/README.md)
+  step "$ADSEG" db upgrade --no-create --quiet || finish $?
   if [ -n "${ADSEG_INBOX:-}" ]; then
     if [ -d "$ADSEG_INBOX" ] && ! inbox_has_files "$ADSEG_INBOX"; then
       echo "$(date -u +%FT%TZ) inbox $ADSEG_INBOX is empty: nothing to ingest"

@@ -32,7 +32,17 @@ def job_env(tmp_path):
         ADSEG_DATABASE_URL=f"sqlite:///{tmp_path / 'home' / 'adseg.db'}",
     )
     (tmp_path / "home").mkdir()
+    _create_database(env["ADSEG_DATABASE_URL"])  # by hand, once: the job never creates one
     return env, tmp_path / "home"
+
+
+def _create_database(url: str) -> None:
+    from adseg.store import migrate
+    from adseg.store.engine import make_engine
+
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
 
 
 def _run(env, *args) -> subprocess.CompletedProcess:
@@ -207,3 +217,30 @@ def _next_hour(stamp: str) -> str:
 
     moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H") + dt.timedelta(hours=1)
     return moment.strftime("%Y-%m-%dT%H")
+
+
+def test_the_job_refuses_a_missing_sqlite_database_and_creates_none(job_env, tmp_path):
+    """The job ran `db upgrade` first, which creates a missing SQLite file: a mistyped URL
+    started a new database, loaded the inbox into it and ran the nightly there, exit 0, while the
+    real database went without the night's data (QA). It now stops with exit 2 and a line
+    naming the file, and creates nothing."""
+    env, home = job_env
+    typo = home / "adesg.db"
+    env["ADSEG_DATABASE_URL"] = f"sqlite:///{typo}"
+    done = _run(env, "--fuser", "l2")
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 2, text
+    assert f"no SQLite database at {typo} (--no-create)" in text and "nightly end rc=2" in text
+    assert not typo.exists()
+    assert not list((home / "reports").iterdir())
+
+
+def test_a_home_that_cannot_hold_the_log_is_a_configuration_error(job_env):
+    """A home where logs/ (or reports/) cannot be made exited 1, 'the run failed', with no run
+    and no log: exit 2 (configuration), as for a home that does not exist (QA)."""
+    env, home = job_env
+    (home / "logs").write_text("a file where the folder should be")
+    done = _run(env)
+    assert done.returncode == 2, done.stderr
+    assert "logs" in done.stderr

@@ -474,3 +474,29 @@ def test_sample_generate_trains_on_half_the_days_by_default(tmp_path):
         assert result.exit_code == 0, result.output
         config = json.loads((out / "config.json").read_text(encoding="utf-8"))
         assert (config["days"], config["train_days"]) == (days, train_days)
+
+
+def test_sample_generate_refuses_a_folder_that_is_not_empty(tmp_path):
+    """It wrote into any folder: an inbox named by mistake had its files replaced by simulated
+    ones, and a file left beside ours (advertisers.csv beside advertisers.csv.gz) made the
+    folder fail to ingest (QA). A folder that is not empty is refused, unless --force."""
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    out = tmp_path / "inbox"
+    out.mkdir()
+    (out / "advertisers.csv").write_text("real data\n")
+    args = ["sample", "generate", "--out", str(out), "--advertisers", "5", "--segments", "2"]
+    result = CliRunner().invoke(app, [*args, "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert f"--out {out} is not empty (advertisers.csv)" in result.output
+    assert [p.name for p in out.iterdir()] == ["advertisers.csv"]
+    assert (out / "advertisers.csv").read_text() == "real data\n"
+    result = CliRunner().invoke(app, [*args, "--quiet", "--force"])
+    assert result.exit_code == 0, result.output
+    assert (out / "config.json").exists() and (out / "advertisers.csv").read_text() == "real data\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, [*args[:2], "--out", str(empty), *args[4:], "--quiet"])
+    assert result.exit_code == 0, result.output
