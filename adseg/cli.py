@@ -1409,7 +1409,9 @@ def runs(
     table = Table(title="runs")
     columns = ["run", "kind", "status", "started (UTC)", "finished", "error"]
     for col in columns + ["fusers"] * any(notes):  # the column only when a run has something
-        table.add_column(col)
+        # an error is shown whole, folded over lines: its end says what to do ("ask for at
+        # most 291"), and this is where jobs/README sends an operator for it (QA)
+        table.add_column(col, overflow="fold" if col == "error" else "ellipsis")
     for row, note in zip(frame.itertuples(index=False), notes, strict=True):
         cells = [
             str(row.run_id),
@@ -1417,7 +1419,7 @@ def runs(
             row.status,
             _utc_text(row.started_at, "%Y-%m-%d %H:%M:%S"),
             _utc_text(row.finished_at, "%H:%M:%S"),
-            "" if pd.isna(row.error) else escape(_shorten(str(row.error), 80)),  # NULL → NaN
+            "" if pd.isna(row.error) else escape(str(row.error)),  # NULL → NaN
         ]
         table.add_row(*cells, *[escape(_shorten(note, 60))] * any(notes))
     out.print(table)

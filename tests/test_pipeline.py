@@ -1547,8 +1547,8 @@ def test_one_segment_when_the_ks_views_find_no_difference():
 
 def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir, tmp_path):
     """Paths and stored errors are not rich markup: `exports [/x]` used to crash `ingest` after
-    its commit (MarkupError, exit 1) and `[final]` vanished from the title; long errors in
-    `runs` end with an ellipsis."""
+    its commit (MarkupError, exit 1) and `[final]` vanished from the title. A long error in
+    `runs` is shown whole, folded over lines (it was cut at 80 characters, losing its advice)."""
     import shutil
 
     folder = tmp_path / "exp [/x] [final]"
@@ -1559,10 +1559,11 @@ def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir
     run_id = store.create_run(
         engine, "nightly", parameters={}, seed=0, windows={}, code_version="test"
     )
-    store.fail_run(engine, run_id, "ValueError: bad [/x] " + "y" * 100, {})
+    store.fail_run(engine, run_id, "ValueError: bad [/x] " + "q" * 100 + " ask for at most 3", {})
     res = runner.invoke(app, ["runs", "--database-url", db_url])
     assert res.exit_code == 0, res.output
-    assert "ValueError: bad [/x]" in res.output and "y…" in res.output
+    assert "ValueError: bad [/x]" in res.output and "…" not in res.output
+    assert res.output.count("q") == 100 and "at most 3" in res.output
 
 
 def test_the_run_row_and_the_lock_naming_it_are_written_together(loaded, monkeypatch):
