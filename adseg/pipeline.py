@@ -593,16 +593,24 @@ def read_truth(path: str | Path) -> pd.Series:
 
     Raises FileNotFoundError / ValueError naming the file (and the rows) when it is unusable."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"truth file {path} is a folder; give the truth.csv file.")
     if not path.is_file():
         raise FileNotFoundError(f"truth file {path} does not exist.")
-    try:
-        truth = pd.read_csv(path, dtype=str, keep_default_na=False)
+    try:  # the header as a row: pandas would rename a repeated name ("segment.1") unseen
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, header=None)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         reason = " ".join(str(exc).split())  # pandas' messages span lines: one line for the user
         raise ValueError(f"truth file {path}: cannot be read ({reason}).") from None
-    missing = [c for c in ("advertiser_id", "segment") if c not in truth.columns]
+    names = [str(name).strip() for name in raw.iloc[0]]  # trimmed, as ingest trims its headers
+    truth = raw.iloc[1:].set_axis(names, axis=1).reset_index(drop=True)
+    missing = [c for c in ("advertiser_id", "segment") if c not in names]
     if missing:
         raise ValueError(f"truth file {path}: missing column(s) {', '.join(missing)}.")
+    if repeated := [c for c in ("advertiser_id", "segment") if names.count(c) > 1]:
+        raise ValueError(
+            f"truth file {path}: column(s) named twice in the header: {', '.join(repeated)}."
+        )
     ids, segments = truth["advertiser_id"].str.strip(), truth["segment"].str.strip()
     for bad, rule in (
         ((ids == "") | (segments == ""), "empty advertiser_id or segment"),
@@ -822,7 +830,15 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         )
         segmentations.update(fusion.segmentations)
         if config.truth_path:
-            truth = truth_segmentation(read_truth(config.truth_path), data.advertiser_ids)
+            named = read_truth(config.truth_path)
+            truth = truth_segmentation(named, data.advertiser_ids)
+            if (unknown := named.index[~named.index.isin(data.advertiser_ids)]).size:
+                log.warning(
+                    "truth file %s names %d advertiser(s) not in this run (e.g. %s): ignored",
+                    config.truth_path,
+                    unknown.size,
+                    ", ".join(map(str, unknown[:3])),
+                )
             if not (truth >= 0).any():
                 raise ValueError(
                     f"truth file {config.truth_path} names none of the {truth.size:,} advertisers "

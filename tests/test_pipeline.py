@@ -1023,6 +1023,10 @@ def test_an_existing_output_file_without_write_permission_is_refused_up_front(
         ("a,b\n1,2\n", "missing column(s) advertiser_id, segment"),
         ("advertiser_id,segment\nx,1\ny,2\nx,3\n", "row(s) 3: advertiser_id repeated"),
         ("advertiser_id,segment\nx,\n", "row(s) 1: empty advertiser_id or segment"),
+        (  # pandas renamed the second "segment.1", and the first was used, silently (QA)
+            "advertiser_id,segment,segment\nx,1,2\n",
+            "column(s) named twice in the header: segment",
+        ),
     ],
 )
 def test_a_bad_truth_file_is_a_usage_error_before_a_run(loaded, db_url, tmp_path, text, message):
@@ -1048,6 +1052,29 @@ def test_an_unreadable_truth_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="cannot be read") as caught:
         pipeline.read_truth(path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_truth_header_is_trimmed_and_a_folder_is_named_as_one(tmp_path):
+    """' advertiser_id , segment ' was 'missing column(s)' although ingest trims header names,
+    and a folder given as --truth 'did not exist' (QA)."""
+    path = tmp_path / "truth.csv"
+    path.write_text(" advertiser_id , segment \na,north\nb,south\n", "utf-8")
+    assert pipeline.read_truth(path).to_dict() == {"a": 0, "b": 1}
+    with pytest.raises(ValueError, match=f"truth file {tmp_path} is a folder"):
+        pipeline.read_truth(tmp_path)
+
+
+def test_truth_rows_of_advertisers_not_in_the_run_are_a_warning(
+    loaded, market_dir, caplog, tmp_path
+):
+    """They were ignored without a word (QA): a truth file of another marketplace, partly."""
+    truth = tmp_path / "truth_plus.csv"
+    truth.write_text((market_dir / "truth.csv").read_text() + "zz-gone,0\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="adseg.pipeline"):
+        pipeline.run_nightly(loaded, config=_config(market_dir, truth_path=str(truth)))
+    assert f"truth file {truth} names 1 advertiser(s) not in this run (e.g. zz-gone)" in (
+        caplog.text
+    )
 
 
 def test_truth_segments_may_be_text_and_may_cover_some_advertisers(tmp_path):
