@@ -464,7 +464,9 @@ def db_current(
 
     url = database_url(database_url_)
     engine = _engine(url, writes=False)
-    current = migrate.check_known(engine)
+    # not check_known: a revision this adseg does not know is what this command is asked for
+    # (it refused to print it)
+    current = migrate.current_revision(engine)
     head = migrate.head_revision()
     if quiet:  # for scripts: `test "$(adseg db current -q)" = "$EXPECTED"`
         if current:
@@ -472,6 +474,8 @@ def db_current(
         return
     if current == head:
         state = f"{current}, up to date"
+    elif current is not None and current not in migrate.known_revisions():
+        state = f"{current}, unknown to this adseg (newest {head}): a newer adseg migrated it"
     else:
         state = f"{current or 'no schema'}, behind the newest {head}: run `adseg db upgrade`"
     out.print(f"{mask_url(url)}: {state}", markup=False)

@@ -448,6 +448,10 @@ def test_config_json_round_trips(tmp_path, small):
         (["--days", "1"], "--days must be in [2, 366]; got 1."),
         (["--advertisers", "0"], "--advertisers must be in [1, 100,000]; got 0."),
         (["--segments", "0"], "--segments must be ≥ 1; got 0."),
+        (  # config.json said 31 segments, the truth held 19 (QA)
+            ["--advertisers", "30", "--segments", "31"],
+            "--segments must be ≤ --advertisers (30); got 31.",
+        ),
     ],
 )
 def test_sample_generate_names_the_options_and_writes_nothing(tmp_path, args, message):

@@ -460,10 +460,17 @@ def test_a_database_from_a_newer_adseg_is_named_as_such(db_url):
     with engine.begin() as conn:
         conn.execute(sql("UPDATE alembic_version SET version_num = '0099'"))
     engine.dispose()
-    for command in (["db", "current"], ["db", "upgrade"], ["runs"]):
+    for command in (["db", "upgrade"], ["runs"]):
         result = runner.invoke(app, [*command, "--database-url", db_url])
         assert result.exit_code == 2, result.output
         assert "revision 0099, which this adseg does not know" in result.output
+    # db current says what the revision is: it refused to, exit 2 (QA)
+    result = runner.invoke(app, ["db", "current", "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    assert "0099, unknown to this adseg (newest " in result.output
+    assert "a newer adseg migrated it" in result.output
+    result = runner.invoke(app, ["db", "current", "-q", "--database-url", db_url])
+    assert result.exit_code == 0 and result.output == "0099\n"
 
 
 def test_a_file_that_is_not_a_database_is_named_not_a_traceback(tmp_path):
