@@ -621,7 +621,10 @@ def sample_generate(
         int | None,
         typer.Option(help="Days of the training window (default: half of --days, rounded up)."),
     ] = None,
-    segments: Annotated[int, typer.Option(help="Latent segments.")] = 40,
+    segments: Annotated[
+        int | None,
+        typer.Option(help="Latent segments (default: 40, or --advertisers if fewer)."),
+    ] = None,
     seed: Annotated[
         int, typer.Option(help="Random seed (same seed → identical files).")
     ] = 20260302,
@@ -641,6 +644,9 @@ def sample_generate(
 
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
+    if segments is not None and advertisers >= 1 and segments > advertisers:
+        # config.json would record segments no advertiser could be drawn into (QA)
+        raise CliError(f"--segments must be ≤ --advertisers ({advertisers}); got {segments}.")
     if not force and out_dir.is_dir() and (found := sorted(p.name for p in out_dir.iterdir())):
         # an inbox named by mistake would have its data replaced by simulated data, and files
         # left beside ours (advertisers.csv beside advertisers.csv.gz) make it fail to ingest
@@ -655,7 +661,7 @@ def sample_generate(
             days=days,
             # the nightly's default windows split the data's days in half (train first)
             train_days=train_days if train_days is not None else (days + 1) // 2,
-            n_segments=segments,
+            n_segments=segments if segments is not None else min(40, max(advertisers, 1)),
             seed=seed,
         )
     except ValueError as exc:  # name the command's options, not the config's fields

@@ -212,10 +212,6 @@ class MarketplaceConfig:
             f"n_advertisers must be in [1, {MAX_ADVERTISERS:,}]; got {self.n_advertisers}.",
         )
         need(int(self.n_segments) >= 1, f"n_segments must be ≥ 1; got {self.n_segments}.")
-        need(  # more could never all be drawn: the config would promise segments that are not
-            int(self.n_segments) <= int(self.n_advertisers),
-            f"n_segments must be ≤ n_advertisers ({self.n_advertisers}); got {self.n_segments}.",
-        )
         # a sample is a few weeks of logs; supply trends compound over the days
         need(2 <= int(self.days) <= MAX_DAYS, f"days must be in [2, {MAX_DAYS}]; got {self.days}.")
         need(
