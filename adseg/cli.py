@@ -228,12 +228,15 @@ _UNREACHABLE = (  # psycopg's messages when no database session could be opened
 )
 
 
-_BAD_OPTION = (  # libpq's messages for a connection option it cannot use (configuration: 2)
-    "invalid connection option",
-    "invalid sslmode value",
-    "bad value for",
-    "invalid integer value",
-    "invalid port number",
+_BAD_OPTION = re.compile(  # libpq's messages for an option it cannot use (configuration: 2)
+    # "invalid <option> value": sslmode, target_session_attrs, gssencmode, channel_binding, ...
+    r"invalid connection option|invalid \w+ value|bad value for|invalid port number"
+)
+_SECURITY_MISMATCH = (  # the server was reached, but not as the URL's options demand: no retry
+    "does not support SSL",  # sslmode=require / verify-* against a server without SSL
+    "channel binding",  # channel_binding=require without SSL, or a server that cannot
+    "certificate",  # a root certificate missing, or one that does not verify the server
+    "GSSAPI encryption",  # gssencmode=require
 )
 
 
@@ -286,7 +289,7 @@ def _database_failure(exc) -> tuple[str, int]:
     if hint := _DATABASE_HINTS.get(reason):
         return message + hint, EXIT_BAD_INPUT
     reason = reason.removeprefix("connection is bad: ")  # psycopg 3.3 wraps libpq's reason
-    if reason.startswith(_BAD_OPTION):
+    if _BAD_OPTION.match(reason):
         return message + " (check the query options of the database URL)", EXIT_BAD_INPUT
     if reason in ("database is locked", "database table is locked"):  # SQLite, after 30 s
         return (
@@ -307,6 +310,12 @@ def _database_failure(exc) -> tuple[str, int]:
     if reason.startswith(_UNREACHABLE):
         if "FATAL:" in reason:  # the server answered and refused the session
             return message + _REFUSED, EXIT_BAD_INPUT
+        if any(words in reason for words in _SECURITY_MISMATCH):  # retrying would loop (QA)
+            return (
+                message + " (the server cannot meet the URL's sslmode / channel_binding / "
+                "certificate options: check the query options of the database URL)",
+                EXIT_BAD_INPUT,
+            )
         return message + " (is the server running and reachable? retry later)", EXIT_TEMPFAIL
     return message, EXIT_FAILED
 

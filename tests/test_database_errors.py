@@ -175,6 +175,40 @@ def test_a_refused_login_without_a_sqlstate_is_classed_by_its_message(fatal, cod
 
 
 @pytest.mark.parametrize(
+    "reason",
+    [  # libpq's words (psycopg 3.3 prefixes "connection is bad: "); all but sslmode were 1
+        'connection is bad: invalid target_session_attrs value: "bogus"',
+        'connection is bad: invalid gssencmode value: "bogus"',
+        'connection is bad: invalid load_balance_hosts value: "bogus"',
+        'connection is bad: invalid sslmode value: "bogus"',
+        "bad value for connect_timeout: 'abc'",
+    ],
+)
+def test_a_connection_option_libpq_cannot_use_is_configuration(reason, capsys):
+    exit_code, err = _exit(_db_error(psycopg.OperationalError(reason)), capsys)
+    assert exit_code == 2, err
+    assert "check the query options of the database URL" in err
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "server does not support SSL, but SSL was required",  # sslmode=require, verify-full
+        "channel binding required, but SSL not in use",  # channel_binding=require
+    ],
+)
+def test_a_server_that_cannot_meet_the_urls_security_options_is_not_retry_later(reason, capsys):
+    """It was 75, 'is the server running and reachable? retry later': a scheduler retried a
+    configuration that can never connect (QA)."""
+    orig = psycopg.OperationalError(
+        f'connection failed: connection to server at "127.0.0.1", port 5432 failed: {reason}'
+    )
+    exit_code, err = _exit(_db_error(orig), capsys)
+    assert exit_code == 2, err
+    assert "check the query options of the database URL" in err and "retry" not in err
+
+
+@pytest.mark.parametrize(
     "orig, code",
     [
         # the server went away mid-run: transient, retry later (was 1 with no "run N failed")
