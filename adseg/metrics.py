@@ -118,11 +118,14 @@ def _finite_array(values, name: str) -> np.ndarray:
 
 
 def _pair(a, b, names: tuple[str, str] = ("a", "b")) -> tuple[np.ndarray, np.ndarray]:
-    """Two labelings as flat arrays of equal, non-zero length. Labels may be any hashable values
-    (ints, strings), but not missing: a NaN/inf (float labels) or None/NaN (object labels) would
-    otherwise be scored as a class of its own."""
-    a = np.asarray(a).ravel()
-    b = np.asarray(b).ravel()
+    """Two labelings as 1-D arrays of equal, non-zero length. Labels may be any hashable values
+    (ints, strings) of one kind, but not missing: a NaN/inf (float labels) or None/NaN (object
+    labels) would otherwise be scored as a class of its own. A 2-D input is refused, as
+    scikit-learn refuses it: a fuser's (n, m) label matrix was flattened and scored."""
+    a, b = np.asarray(a), np.asarray(b)
+    for arr, name in ((a, names[0]), (b, names[1])):
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be 1-D (one label per item); got shape {arr.shape}.")
     if a.shape != b.shape:
         raise ValueError(
             f"the two labelings differ in length: {names[0]} has {a.size}, {names[1]} {b.size}."
@@ -142,4 +145,13 @@ def _pair(a, b, names: tuple[str, str] = ("a", "b")) -> tuple[np.ndarray, np.nda
                 f"{name} has {first.size} missing or non-finite label(s) (NaN, inf or None), "
                 f"first at index {first[0]}; every item needs a label."
             )
+        if arr.dtype.kind == "O":
+            try:  # the metrics sort the labels: mixed kinds failed deep inside numpy
+                np.unique(arr)
+            except TypeError:
+                kinds = sorted({type(v).__name__ for v in arr})
+                raise TypeError(
+                    f"{name} mixes labels that cannot be compared ({', '.join(kinds)}); use "
+                    "labels of one kind."
+                ) from None
     return a, b

@@ -158,3 +158,37 @@ def test_a_shared_dir_variable_naming_no_datasets_folder_is_an_error(tmp_path, m
         shared_dir()
     (tmp_path / "datasets").mkdir()
     assert shared_dir() == tmp_path
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [  # 2.7 ran as 2, 0 clusterings returned an empty pool, True and '3' failed in numpy (QA)
+        ((3, 2.7), TypeError, "n_clusters must be an integer; got 2.7"),
+        ((0, 3), ValueError, "n_clusterings must be an integer ≥ 1; got 0"),
+        ((True, 3), TypeError, "n_clusterings must be an integer; got True"),
+        ((2, "3"), TypeError, "n_clusters must be an integer; got '3'"),
+        ((2, 21), ValueError, r"ask for more clusters \(up to 21\) than the 20 items of X"),
+    ],
+)
+def test_kmeans_ensemble_names_a_bad_argument(args, error, message):
+    from adseg.ensemble import kmeans_ensemble
+
+    X = np.random.RandomState(0).rand(20, 3)
+    with pytest.raises(error, match=message):
+        kmeans_ensemble(X, *args, random_state=0)
+
+
+def test_kmeans_ensemble_checks_its_features_and_k_range():
+    from adseg.ensemble import kmeans_ensemble, kmeans_ensemble_random_k
+
+    X = np.random.RandomState(0).rand(20, 3)
+    assert kmeans_ensemble(X.tolist(), 2, 3, random_state=0).shape == (20, 2)  # a list is fine
+    with pytest.raises(ValueError, match="X has no items"):
+        kmeans_ensemble(np.empty((0, 3)), 2, 1)
+    with pytest.raises(ValueError, match=r"X must be 2-D \(n_items, n_features\); got shape"):
+        kmeans_ensemble(X[0], 2, 2)
+    for k_range in ((0, 3), (2.5, 3), (2,), (3, 2)):
+        with pytest.raises(ValueError, match="k_range must"):
+            kmeans_ensemble_random_k(X, 2, k_range, random_state=0)
+    with pytest.raises(ValueError, match="n_clusterings must be an integer ≥ 1; got 0"):
+        kmeans_ensemble_random_k(X, 0, (2, 3))

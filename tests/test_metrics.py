@@ -132,3 +132,15 @@ def test_pair_consistency_rejects_nan_but_keeps_minus_one_as_left_out():
     with pytest.raises(ValueError, match="b has 1 missing or non-finite"):
         pair_consistency([0, 0, 1], [0.0, np.nan, 1.0])
     assert pair_consistency([0, 0, 1, -1], [3, 3, 4, 4]) == (1.0, 0.0)
+
+
+def test_a_label_matrix_or_mixed_labels_are_refused_by_name():
+    """A fuser's (n, m) label matrix was flattened and scored (scikit-learn refuses it), and
+    labels mixing str and int failed deep in numpy's sort (QA)."""
+    matrix = np.zeros((3, 2), dtype=int)
+    for metric in (clustering_accuracy, nmi, ari):
+        with pytest.raises(ValueError, match=r"must be 1-D \(one label per item\); got shape"):
+            metric(matrix, np.arange(6))
+    with pytest.raises(TypeError, match=r"mixes labels that cannot be compared \(int, str\)"):
+        nmi(np.array([0, "a", 0], dtype=object), [0, 1, 0])
+    assert nmi(["a", "b", "a"], [0, 1, 0]) == 1.0
