@@ -1003,12 +1003,21 @@ def views_command(
     _print_frame(
         views.columns[["view", "parameter", "n_clusters", "n_excluded"]], "base clusterings"
     )
-    _print_frame(clusters_per_view(views), "Table 4: clusters per view and α")
-    _print_frame(
-        view_consistency(views),
-        "Table 5: win-rate vs eCPM consistency (share of advertiser pairs)",
-        percent=("agree", "disagree"),
-    )
+    # without its KS views a table was printed as an empty frame, headers only (QA)
+    table4 = clusters_per_view(views)
+    if len(table4):
+        _print_frame(table4, "Table 4: clusters per view and α")
+    else:
+        out.print("Table 4: no KS view was built (see the warnings above)")
+    table5 = view_consistency(views)
+    if len(table5):
+        _print_frame(
+            table5,
+            "Table 5: win-rate vs eCPM consistency (share of advertiser pairs)",
+            percent=("agree", "disagree"),
+        )
+    else:
+        out.print("Table 5: needs both KS views (win-rate and eCPM cost)")
 
 
 def _print_frame(frame, title: str, percent: tuple[str, ...] = ()) -> None:

@@ -1102,6 +1102,10 @@ def test_warnings_reach_the_user_as_one_line(loaded, db_url):
     assert res.exit_code == 0, res.output
     assert "warning: KS view 'win_rate': only 0 of 200 advertisers" in res.output
     assert "RuntimeWarning" not in res.output and "views.py" not in res.output
+    # the paper's tables say why they are empty, not headers over nothing (QA)
+    assert "Table 4: no KS view was built (see the warnings above)" in res.output
+    assert "Table 5: needs both KS views (win-rate and eCPM cost)" in res.output
+    assert "alpha" not in res.output
     res = runner.invoke(app, ["views", "--database-url", db_url, "--min-samples", "0"])
     assert res.exit_code == 2 and "'--min-samples'" in res.output
 
