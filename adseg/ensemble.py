@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
-from adseg.consensus._base import check_integer
+from adseg.checks import check_integer, check_k_range
 
 KMEANS_INITS = ("k-means++", "random")
 
@@ -36,14 +36,7 @@ def kmeans_ensemble_random_k(
     way the literature's pools are built (e.g. k in [c, min(√n, 50)])."""
     n_clusterings = check_integer("n_clusterings", n_clusterings)
     rng = check_random_state(random_state)
-    try:
-        k_min, k_max = (check_integer("k_range", k) for k in k_range)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"k_range must be two integers 1 ≤ k_min ≤ k_max; got {k_range!r}."
-        ) from None
-    if k_min > k_max:
-        raise ValueError(f"k_range must satisfy 1 ≤ k_min ≤ k_max; got {k_range}.")
+    k_min, k_max = check_k_range(k_range)
     ks = rng.randint(k_min, k_max + 1, size=n_clusterings)
     return _ensemble(X, ks, rng)
 

@@ -89,6 +89,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from sklearn.utils import check_random_state
 
+from adseg.checks import check_integer
 from adseg.metrics import mape_with_count
 from adseg.units import MICROS
 
@@ -707,8 +708,8 @@ def fit_ses(y: ArrayLike, *, n_grid: int = 51, n_refine: int = 30) -> tuple[np.n
         raise ValueError(f"y must be 2-D (n_series, n_days); got shape {y.shape}.")
     if y.shape[1] == 0:
         raise ValueError(f"y has no days (shape {y.shape}): at least one column is needed.")
-    _check_int(n_grid, "n_grid", 2)
-    _check_int(n_refine, "n_refine", 0)
+    check_integer("n_grid", n_grid, 2)
+    check_integer("n_refine", n_refine, 0)
     n_grid, n_refine = int(n_grid), int(n_refine)
     n = y.shape[0]
     has, first = _first_observations(y)
@@ -764,14 +765,6 @@ def _midpoint_where_unidentified(
     alpha, level = alpha.copy(), level.copy()
     alpha[flat], level[flat] = 0.5, mid_level[:, 0]
     return alpha, level
-
-
-def _check_int(value, name: str, minimum: int) -> None:
-    """TypeError unless ``value`` is an integer (bool refused), ValueError if below ``minimum``."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}.")
 
 
 def _ses_statsmodels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,6 @@ n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
 
 from __future__ import annotations
 
-import numbers
 import time
 import warnings
 from collections.abc import Sequence
@@ -59,6 +58,7 @@ from scipy.sparse.csgraph import connected_components
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
+from adseg.checks import check_integer, check_k_range
 from adseg.consensus._base import assign_labels, top_eigenvectors
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import pair_consistency
@@ -137,10 +137,10 @@ class ViewConfig:
         if len(set(alphas)) != len(alphas):
             raise ValueError(f"ViewConfig.alphas has duplicates: {alphas}.")
         object.__setattr__(self, "alphas", alphas)
-        _check_int(self.min_samples, "ViewConfig.min_samples", 1)
+        check_integer("ViewConfig.min_samples", self.min_samples, 1)
         if self.n_clusters is not None:
-            _check_int(self.n_clusters, "ViewConfig.n_clusters", 1)
-        _check_k_range(self.k_range, "ViewConfig.k_range")
+            check_integer("ViewConfig.n_clusters", self.n_clusters, 1)
+        check_k_range(self.k_range, "ViewConfig.k_range")
         if self.k_selection not in K_SELECTIONS:
             raise ValueError(
                 f"ViewConfig.k_selection must be one of {K_SELECTIONS}; got {self.k_selection!r}."
@@ -150,15 +150,15 @@ class ViewConfig:
                 f"ViewConfig.assign_method must be 'kmeans' or 'cluster_qr';"
                 f" got {self.assign_method!r}."
             )
-        _check_int(self.n_init, "ViewConfig.n_init", 1)
+        check_integer("ViewConfig.n_init", self.n_init, 1)
         ks = tuple(self.text_ks)
         for k in ks:
-            _check_int(k, "ViewConfig.text_ks", 1)
+            check_integer("ViewConfig.text_ks", k, 1)
         object.__setattr__(self, "text_ks", ks)
         if self.text_components is not None:
-            _check_int(self.text_components, "ViewConfig.text_components", 1)
+            check_integer("ViewConfig.text_components", self.text_components, 1)
         if self.blas_threads is not None:
-            _check_int(self.blas_threads, "ViewConfig.blas_threads", 1)
+            check_integer("ViewConfig.blas_threads", self.blas_threads, 1)
         if not self.ks_memory_mb > 0:
             raise ValueError(f"ViewConfig.ks_memory_mb must be > 0; got {self.ks_memory_mb}.")
 
@@ -253,13 +253,13 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         """Segment the graph ``affinity`` (n, n), dense or scipy-sparse; returns self."""
         a = _check_affinity(affinity)
         n = a.shape[0]
-        k_min, k_max = _check_k_range(self.k_range, "k_range")
+        k_min, k_max = check_k_range(self.k_range, "k_range")
         if self.k_selection not in K_SELECTIONS:
             raise ValueError(
                 f"k_selection must be one of {K_SELECTIONS}; got {self.k_selection!r}."
             )
         if self.n_clusters is not None:
-            _check_int(self.n_clusters, "n_clusters", 1)
+            check_integer("n_clusters", self.n_clusters, 1)
             if self.n_clusters > n:
                 raise ValueError(f"n_clusters={self.n_clusters} exceeds the {n} nodes.")
         isolated = a.sum(axis=1) - np.diag(a) == 0
@@ -681,23 +681,3 @@ def _check_affinity(affinity) -> np.ndarray:
         if np.abs(a[i0 : i0 + rows] - a[:, i0 : i0 + rows].T).max() > 1e-12:
             raise ValueError("affinity must be symmetric.")
     return a
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be ≥ {minimum}; got {value}.")
-    return int(value)
-
-
-def _check_k_range(k_range, name: str) -> tuple[int, int]:
-    try:
-        k_min, k_max = k_range
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (k_min, k_max); got {k_range!r}.") from None
-    _check_int(k_min, name, 1)
-    _check_int(k_max, name, 1)
-    if k_min > k_max:
-        raise ValueError(f"{name} must satisfy k_min ≤ k_max; got {k_range}.")
-    return int(k_min), int(k_max)

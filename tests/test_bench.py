@@ -187,8 +187,10 @@ def test_kmeans_ensemble_checks_its_features_and_k_range():
         kmeans_ensemble(np.empty((0, 3)), 2, 1)
     with pytest.raises(ValueError, match=r"X must be 2-D \(n_items, n_features\); got shape"):
         kmeans_ensemble(X[0], 2, 2)
-    for k_range in ((0, 3), (2.5, 3), (2,), (3, 2)):
+    for k_range in ((0, 3), (2,), (3, 2)):
         with pytest.raises(ValueError, match="k_range must"):
             kmeans_ensemble_random_k(X, 2, k_range, random_state=0)
+    with pytest.raises(TypeError, match="k_range must be an integer; got 2.5"):
+        kmeans_ensemble_random_k(X, 2, (2.5, 3), random_state=0)
     with pytest.raises(ValueError, match="n_clusterings must be an integer ≥ 1; got 0"):
         kmeans_ensemble_random_k(X, 0, (2, 3))

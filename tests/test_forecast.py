@@ -774,9 +774,9 @@ def test_fixed_kappa_accepts_any_real_number_and_refuses_bools():
 
 def test_fit_ses_rejects_a_degenerate_grid_and_no_days():
     y = np.array([[1.0, 2.0, 3.0]])
-    with pytest.raises(ValueError, match="n_grid must be >= 2"):
+    with pytest.raises(ValueError, match="n_grid must be an integer ≥ 2"):
         fit_ses(y, n_grid=1)
-    with pytest.raises(ValueError, match="n_refine must be >= 0"):
+    with pytest.raises(ValueError, match="n_refine must be an integer ≥ 0"):
         fit_ses(y, n_refine=-1)
     with pytest.raises(TypeError, match="n_grid must be an integer"):
         fit_ses(y, n_grid=5.5)

@@ -15,6 +15,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
+from adseg.checks import check_integer  # noqa: F401 (the fusers' parameters)
+
 MISSING = -1
 
 
@@ -175,16 +177,6 @@ def check_real(
             bound += f" and < {high:g}"
         raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
     return float(value)
-
-
-def check_integer(name: str, value, low: int = 1) -> int:
-    """A fuser's integer parameter: TypeError unless an integer (bool refused), ValueError if
-    below ``low``."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}.")
-    if value < low:
-        raise ValueError(f"{name} must be an integer ≥ {low}; got {value!r}.")
-    return int(value)
 
 
 def check_flag(name: str, value) -> bool:

@@ -1,0 +1,31 @@
+"""Argument checks shared by the numerical modules (fusers, views, forecast, ensembles)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_integer(name: str, value, low: int = 1) -> int:
+    """``value`` as an int: TypeError naming ``name`` unless an integer (a bool, a float such as
+    2.0 or a string refused), ValueError if below ``low``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r}.")
+    if value < low:
+        raise ValueError(f"{name} must be an integer ≥ {low}; got {value!r}.")
+    return int(value)
+
+
+def check_k_range(k_range, name: str = "k_range") -> tuple[int, int]:
+    """``k_range`` as ``(k_min, k_max)``, integers with 1 ≤ k_min ≤ k_max; ValueError naming
+    ``name`` otherwise (TypeError for a non-integer bound)."""
+    try:
+        k_min, k_max = k_range
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (k_min, k_max); got {k_range!r}.") from None
+    check_integer(name, k_min, 1)
+    check_integer(name, k_max, 1)
+    if k_min > k_max:
+        raise ValueError(f"{name} must satisfy k_min ≤ k_max; got {k_range}.")
+    return int(k_min), int(k_max)
