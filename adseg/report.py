@@ -115,7 +115,10 @@ render_json schema, version 3 (version 2 had no "unscored_sources", version 1 no
                   scores them); they are missing from "sources" and "blended"
 }
 ENTRY = {"impressions_mape": fraction (0.16 = 16%) or null, "spend_mape": fraction or null,
-         "n_advertisers": advertisers scored, "n_segments": segments in the source,
+         "n_advertisers": advertisers with a forecast (zero actuals included: an
+                          impressions MAPE averages n_advertisers − n_zero_impressions
+                          of them, a spend MAPE n_advertisers − n_zero_spend),
+         "n_segments": segments in the source,
          "n_zero_impressions": zero actuals left out of the impressions MAPE,
          "n_zero_spend": zero actuals left out of the spend MAPE,
          "n_missing_forecast": advertisers left out of both MAPEs because they have no
