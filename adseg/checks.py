@@ -1,4 +1,5 @@
-"""Argument checks shared by the numerical modules (fusers, views, forecast, ensembles)."""
+"""Input checks shared across modules: integer arguments (fusers, views, forecast, ensembles)
+and the header of a table file (ingest, the truth file)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ def check_k_range(k_range, name: str = "k_range") -> tuple[int, int]:
     if k_min > k_max:
         raise ValueError(f"{name} must satisfy k_min ≤ k_max; got {k_range}.")
     return int(k_min), int(k_max)
+
+
+def header_columns(names: list[str], required) -> tuple[list[str], list[str]]:
+    """The ``required`` column names missing from a header's ``names``, and those it names more
+    than once (which of the two is meant cannot be told), each in ``required``'s order."""
+    missing = [c for c in required if c not in names]
+    repeated = [c for c in required if names.count(c) > 1]
+    return missing, repeated

@@ -1003,27 +1003,32 @@ def views_command(
     _print_frame(
         views.columns[["view", "parameter", "n_clusters", "n_excluded"]], "base clusterings"
     )
-    # without its KS views a table was printed as an empty frame, headers only (QA)
-    table4 = clusters_per_view(views)
-    if len(table4):
-        _print_frame(table4, "Table 4: clusters per view and α")
-    else:
-        out.print("Table 4: no KS view was built (see the warnings above)")
-    table5 = view_consistency(views)
-    if len(table5):
-        _print_frame(
-            table5,
-            "Table 5: win-rate vs eCPM consistency (share of advertiser pairs)",
-            percent=("agree", "disagree"),
-        )
-    else:
-        out.print("Table 5: needs both KS views (win-rate and eCPM cost)")
+    _print_frame(
+        clusters_per_view(views),
+        "Table 4: clusters per view and α",
+        empty="no KS view was built (see the warnings above)",
+    )
+    _print_frame(
+        view_consistency(views),
+        "Table 5: win-rate vs eCPM consistency (share of advertiser pairs)",
+        percent=("agree", "disagree"),
+        empty="needs both KS views (win-rate and eCPM cost)",
+    )
 
 
-def _print_frame(frame, title: str, percent: tuple[str, ...] = ()) -> None:
+def _print_frame(
+    frame, title: str, percent: tuple[str, ...] = (), empty: str | None = None
+) -> None:
     """A frame as a terminal table: numbers right-aligned, ``percent`` columns as percentages
-    (shares in [0, 1], as the paper's Table 5 prints them), other floats to 4 significant digits."""
+    (shares in [0, 1], as the paper's Table 5 prints them), other floats to 4 significant digits.
+    An empty frame with ``empty`` given is one line, the title's label (before its colon) then
+    ``empty`` ("Table 4: no KS view was built …"), not headers over nothing (`views` without its
+    KS views printed those: QA)."""
     import pandas as pd
+
+    if empty is not None and not len(frame):
+        out.print(f"{title.split(':')[0]}: {empty}", markup=False)
+        return
 
     table = Table(title=title)
     for col in frame.columns:
@@ -1220,14 +1225,15 @@ def _render_report(engine, run_id: int, fmt: str, *, warn: bool = False) -> str:
 
     data = load_report_data(engine, run_id)
     if warn:
-        _warn_unscored(run_id, data.unscored_sources(), scored=len(data.mape) > 0)
+        _warn_unscored(run_id, data)
     return render(data, fmt)
 
 
-def _warn_unscored(run_id: int, unscored: list[str], *, scored: bool) -> None:
-    """Say (a warning: even with --quiet) that the report lacks sources, and what scores them:
-    after `adseg segment`, or for a `views` run, a report that looked complete had none of the
-    remade sources, or nothing at all (QA)."""
+def _warn_unscored(run_id: int, data) -> None:
+    """Say (a warning: even with --quiet) that the report of ``data`` (a ReportData) lacks
+    sources, and what scores them: after `adseg segment`, or for a `views` run, a report that
+    looked complete had none of the remade sources, or nothing at all (QA)."""
+    unscored, scored = data.unscored_sources(), len(data.mape) > 0
     if scored and not unscored:
         return
     if scored:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from adseg.checks import header_columns
 from adseg.units import MICROS
 
 TABLES = ("advertisers", "auctions", "delivery")
@@ -691,11 +692,11 @@ def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
     """The header's problems: required columns missing, and required columns named twice
     (which of the two is meant cannot be told), both said: a column renamed by mistake into
     another's name is both."""
-    names = list(frame.columns)
+    missing, repeated = header_columns(list(frame.columns), COLUMNS[table])
     problems = []
-    if missing := [c for c in COLUMNS[table] if c not in names]:
+    if missing:
         problems.append(Problem(file, f"missing required column(s): {', '.join(missing)}"))
-    if repeated := [c for c in COLUMNS[table] if names.count(c) > 1]:
+    if repeated:
         problems.append(
             Problem(file, f"column(s) named twice in the header: {', '.join(repeated)}")
         )

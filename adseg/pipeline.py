@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from threadpoolctl import threadpool_limits
 
 from adseg import __version__
+from adseg.checks import header_columns
 from adseg.consensus import FUSERS, canonical_name, describe_registered
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import (
@@ -604,10 +605,10 @@ def read_truth(path: str | Path) -> pd.Series:
         raise ValueError(f"truth file {path}: cannot be read ({reason}).") from None
     names = [str(name).strip() for name in raw.iloc[0]]  # trimmed, as ingest trims its headers
     truth = raw.iloc[1:].set_axis(names, axis=1).reset_index(drop=True)
-    missing = [c for c in ("advertiser_id", "segment") if c not in names]
+    missing, repeated = header_columns(names, ("advertiser_id", "segment"))
     if missing:
         raise ValueError(f"truth file {path}: missing column(s) {', '.join(missing)}.")
-    if repeated := [c for c in ("advertiser_id", "segment") if names.count(c) > 1]:
+    if repeated:
         raise ValueError(
             f"truth file {path}: column(s) named twice in the header: {', '.join(repeated)}."
         )
