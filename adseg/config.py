@@ -179,13 +179,11 @@ def mask_url(url: str) -> str:
                 offset += len(pair) + 1
         last_at = url.rfind("@", 0, end)
         return _mask_query(f"{parts['name']}://{MASK}@{url[last_at + 1 :]}")
-    try:
-        rendered = make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):  # a port that is not a number: mask the text as typed
-        if parts["password"] is not None:
-            rendered = url[: parts.start("password")] + MASK + url[parts.end("password") :]
-        else:
-            rendered = url
+    # the text as typed, not SQLAlchemy's rendering of it, which decodes %2F in a database name
+    # to '/' and percent-encodes non-ASCII: the name printed must be the name the user typed
+    rendered = url
+    if parts["password"] is not None:
+        rendered = url[: parts.start("password")] + MASK + url[parts.end("password") :]
     return _mask_query(rendered)
 
 

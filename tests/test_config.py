@@ -20,7 +20,7 @@ PG = "postgresql+psycopg"
         (f"{PG}://u:x@h/db?sslpassword=s3cretPW", f"{PG}://u:***@h/db?sslpassword=***"),
         (
             f"{PG}://u@h/db?sslmode=require&PassWord=s3cretPW&my_password_2=s3cretPW",
-            f"{PG}://u@h/db?PassWord=***&my_password_2=***&sslmode=require",
+            f"{PG}://u@h/db?sslmode=require&PassWord=***&my_password_2=***",
         ),
         (
             f"{PG}://u@h/db?password=s3cretPW&password=s3cretPW",
@@ -38,6 +38,10 @@ PG = "postgresql+psycopg"
         # a port that is not a number: make_url fails, the text is masked as typed
         (f"{PG}://u:s3cretPW@h:abc/db", f"{PG}://u:***@h:abc/db"),
         ("sqlite:///adseg.db", "sqlite:///adseg.db"),
+        # the rest as typed: a database name's %2F is not decoded, non-ASCII not encoded
+        (f"{PG}://u:s3cretPW@h/my%2Fdb", f"{PG}://u:***@h/my%2Fdb"),
+        (f"{PG}://u:s3cretPW@h/déjà?sslmode=require", f"{PG}://u:***@h/déjà?sslmode=require"),
+        (f"{PG}://u:@h/db", f"{PG}://u:***@h/db"),
         ("not a url", "<unparseable database URL>"),
     ],
 )
