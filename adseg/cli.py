@@ -525,6 +525,89 @@ def db_unlock(
     out.print(f"cleared the nightly lock of {cleared.holder}{run}", markup=False)
 
 
+@db_app.command("prune")
+@handle_errors
+def db_prune(
+    keep: Annotated[
+        int,
+        typer.Option(
+            "--keep",
+            min=1,
+            help="How many of the newest completed runs to keep (with every newer run).",
+            show_default=False,
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            "--vacuum",
+            help="SQLite: then shrink the file (VACUUM; needs free disk space about its size).",
+        ),
+    ] = False,
+    database_url_: DatabaseUrl = None,
+    quiet: Quiet = False,
+) -> None:
+    """Delete old runs and their results: every run, completed or failed, older than the
+    `--keep` newest completed runs.
+
+    Runs newer than the oldest kept one stay whatever their status. Takes the nightly lock (exit
+    75 while a nightly, `segment` or `forecast` runs). SQLite reuses the freed space for later
+    runs; `--vacuum` gives it back to the disk."""
+    from adseg.pipeline import prune_runs
+    from adseg.store.results import RunLockedError
+
+    engine = _engine(database_url_)
+    _require_schema(engine)
+    try:
+        pruned = prune_runs(engine, keep, dry_run=dry_run)
+    except RunLockedError as exc:
+        _fail(str(exc), EXIT_TEMPFAIL)
+    if not quiet:
+        out.print(_pruned_line(pruned, keep, dry_run), markup=False)
+    if vacuum and not dry_run:
+        if engine.dialect.name != "sqlite":
+            err.print(
+                "note: --vacuum is for SQLite files; PostgreSQL's autovacuum reuses the space",
+                markup=False,
+            )
+            return
+        from adseg.store.engine import vacuum_sqlite
+
+        before, after = vacuum_sqlite(engine)
+        if not quiet:
+            out.print(f"vacuumed: {before / 2**20:,.1f} MiB -> {after / 2**20:,.1f} MiB")
+
+
+def _pruned_line(pruned, keep: int, dry_run: bool) -> str:
+    """One line on what `db prune` removed (or would remove) and what it kept."""
+    if pruned.first_kept is None:
+        return f"nothing to remove: no more than {_counted(keep, 'completed run')} in the database"
+    if not pruned.runs:
+        return f"nothing to remove: no run is older than run {pruned.first_kept}"
+    statuses = list(pruned.runs.values())
+    by_status = ", ".join(
+        f"{statuses.count(status)} {status}"
+        for status in ("completed", "failed")
+        if status in statuses
+    )
+    ids = list(pruned.runs)
+    span = f"run {ids[0]}" if len(ids) == 1 else f"runs {ids[0]}–{ids[-1]}"
+    verb = "would remove" if dry_run else "removed"
+    return (
+        f"{verb} {_counted(len(ids), 'run')} ({span}: {by_status}) and their "
+        f"{_counted(sum(pruned.rows.values()), 'result row')}; kept run {pruned.first_kept} and "
+        f"every later run (the --keep {keep} newest completed)"
+    )
+
+
+def _counted(count: int, noun: str) -> str:
+    """'1 run', '2 runs', '20,000 result rows'."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 @db_app.command("summary")
 @handle_errors
 def db_summary(database_url_: DatabaseUrl = None, quiet: Quiet = False) -> None:
@@ -886,8 +969,7 @@ def print_nightly(result, windows) -> None:
     asked = result.n_segments
     header = (
         f"run {result.run_id}: train {windows.train_start}..{windows.train_end}, "
-        f"evaluate {windows.eval_start}..{windows.eval_end}, "
-        f"{asked} segment{'s' if asked != 1 else ''}"
+        f"evaluate {windows.eval_start}..{windows.eval_end}, {_counted(asked, 'segment')}"
     )
     found = mape.loc[mape["source"] == result.primary_fuser, "n_segments"]
     if len(found) and (reached := int(found.iloc[0])) != asked:  # sccbg may find fewer
@@ -935,7 +1017,7 @@ def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
         out.print(table)
         if "n_missing_forecast" in sub and (missing := int(sub["n_missing_forecast"].max())):
             out.print(
-                f"{missing:,} advertiser{'s' if missing != 1 else ''} with no training delivery "
+                f"{_counted(missing, 'advertiser')} with no training delivery "
                 "to forecast supply from: left out of these MAPEs",
                 markup=False,
             )
@@ -1099,7 +1181,7 @@ def segment_command(
     if not quiet:
         for name, labels in (done["segments"] | done["single_view"]).items():
             count = len(set(labels[labels >= 0].tolist()))
-            out.print(f"{name}: {count} segment{'s' if count != 1 else ''}", markup=False)
+            out.print(f"{name}: {_counted(count, 'segment')}", markup=False)
         _print_left_out(done["left_out"])
     if done["dropped"]:  # the failure itself was logged as a warning when it happened
         err.print(
@@ -1467,10 +1549,7 @@ def _fuser_notes(parameters) -> str:
 
     errors, notes = fuser_outcomes(parameters)
     failed = [f"{name} failed" for name in errors]
-    warned = [
-        f"{name}: {len(found)} note{'s' if len(found) != 1 else ''}"
-        for name, found in notes.items()
-    ]
+    warned = [f"{name}: {_counted(len(found), 'note')}" for name, found in notes.items()]
     return ", ".join(failed + warned)
 
 

@@ -915,22 +915,40 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
     run = store.get_run(engine, run_id)
     if run["status"] != "completed":
         raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
-    holder = None
-    try:
-        with signals_deferred():  # a stop between taking the lock and `try` leaked the lock
-            holder = store.acquire_lock(engine, "nightly")
+    with _nightly_lock(engine):
         t0 = time.perf_counter()
         out, parameters, details = work(run)
         timings = dict(run["timings"])
         timings[f"adseg {stage}"] = {"total": round(time.perf_counter() - t0, 3), **details}
         store.set_timings(engine, run_id, timings, parameters)
         return out
+
+
+@contextmanager
+def _nightly_lock(engine: Engine):
+    """Hold the nightly lock for the block (store.RunLockedError if another process holds it):
+    the lock under which every run is made, remade or deleted."""
+    holder = None
+    try:
+        with signals_deferred():  # a stop between taking the lock and `try` leaked the lock
+            holder = store.acquire_lock(engine, "nightly")
+        yield
     except BaseException as exc:
         _free_frames(exc)  # before releasing the lock: see _free_frames
         raise
     finally:
         if holder is not None:
             store.release_lock(engine, "nightly", holder)
+
+
+def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> store.Pruned:
+    """Delete the runs older than the ``keep`` newest completed ones, with their results
+    (:func:`adseg.store.results.prune_runs`), under the nightly lock so that no run being made
+    or remade is touched. ``dry_run`` counts without the lock and deletes nothing."""
+    if dry_run:
+        return store.prune_runs(engine, keep, dry_run=True)
+    with _nightly_lock(engine):
+        return store.prune_runs(engine, keep)
 
 
 def _run_windows(run: dict) -> Windows:

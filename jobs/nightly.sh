@@ -8,6 +8,9 @@
 #   ADSEG_INBOX          optional folder of new ingest files, loaded before the run; a folder with
 #                        no files in it (hidden files and subfolders aside) is logged and skipped,
 #                        and the run uses the data already in the database
+#   ADSEG_KEEP_RUNS      optional: after a completed run, delete the runs older than this many
+#                        newest completed ones, with their results (`adseg db prune --keep N`);
+#                        unset: every run is kept. Not a positive integer: exit 2 before any step
 #
 # Exit codes a scheduler can act on: 0 done; 1 the run failed (its run row says why: `adseg runs`);
 # 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder, a
@@ -90,6 +93,11 @@ finish() {
 }
 {
   echo "$(date -u +%FT%TZ) nightly start"
+  keep="${ADSEG_KEEP_RUNS:-}"
+  if [ -n "$keep" ] && ! [[ $keep =~ ^[1-9][0-9]{0,8}$ ]]; then
+    echo "error: ADSEG_KEEP_RUNS must be a whole number of runs to keep, at least 1, not '$keep'"
+    finish 2
+  fi
   # --no-create: a mistyped SQLite URL is an error (2), not a new empty database that the
   # inbox would then be loaded into; the database is created once, by hand (jobs/README.md)
   step "$ADSEG" db upgrade --no-create --quiet || finish $?
@@ -103,6 +111,10 @@ finish() {
   # not --quiet: the stage timings and the MAPE table belong in the log (no progress bars: not a
   # tty); both reports are of this run (not merely the latest completed one)
   step "$ADSEG" nightly --report-html "reports/nightly-$stamp.html" \
-    --report-json "reports/nightly-$stamp.json" "$@"
-  finish $?
+    --report-json "reports/nightly-$stamp.json" "$@" || finish $?
+  # only after a completed run: a failing night never deletes the runs an analyst falls back on
+  if [ -n "$keep" ]; then
+    step "$ADSEG" db prune --keep "$keep" || finish $?
+  fi
+  finish 0
 } >>"$log" 2>&1

@@ -244,3 +244,40 @@ def test_a_home_that_cannot_hold_the_log_is_a_configuration_error(job_env):
     done = _run(env)
     assert done.returncode == 2, done.stderr
     assert "logs" in done.stderr
+
+
+def test_the_job_prunes_old_runs_after_a_completed_run_when_asked(job_env):
+    """ADSEG_KEEP_RUNS=N: after a completed run the job deletes the runs older than the N
+    newest completed ones (`adseg db prune`); a failed night deletes nothing."""
+    from adseg.store import results as store
+    from adseg.store.engine import make_engine
+
+    env, home = job_env
+    env["ADSEG_KEEP_RUNS"] = "1"
+    engine = make_engine(env["ADSEG_DATABASE_URL"])
+    assert _run(env, "--fuser", "l2", "--supply", "actual").returncode == 0
+    [first] = store.list_runs(engine)["run_id"].tolist()
+    failed = _run(env, "--fuser", "l2", "--segments", "100000")  # more segments than advertisers
+    assert failed.returncode == 2
+    assert store.list_runs(engine)["run_id"].tolist() == [first]
+    assert _run(env, "--fuser", "l2", "--supply", "actual").returncode == 0
+    [second] = store.list_runs(engine)["run_id"].tolist()
+    assert second > first
+    logs = sorted((home / "logs").glob("nightly-*.log"))
+    assert f"removed 1 run (run {first}: 1 completed)" in logs[-1].read_text(encoding="utf-8")
+    engine.dispose()
+
+
+@pytest.mark.parametrize("keep", ["0", "-1", "two", "1.5", " 3"])
+def test_a_bad_keep_runs_value_stops_the_job_before_any_step(job_env, keep):
+    env, home = job_env
+    env["ADSEG_KEEP_RUNS"] = keep
+    done = _run(env, "--fuser", "l2")
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 2, text
+    assert (
+        f"ADSEG_KEEP_RUNS must be a whole number of runs to keep, at least 1, not '{keep}'" in text
+    )
+    assert "nightly end rc=2" in text and "ingest" not in text
+    assert not list((home / "reports").iterdir())

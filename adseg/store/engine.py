@@ -180,6 +180,23 @@ def use_wal(engine: Engine) -> None:
             pass
 
 
+def vacuum_sqlite(engine: Engine) -> tuple[int, int]:
+    """VACUUM a SQLite file database and checkpoint its write-ahead log into it, so that the
+    pages freed by deleted runs go back to the disk; returns its size in bytes before and after
+    (page count × page size). Cost: rewrites the whole file, and needs free space about its size
+    (SQLite copies it). A reader holding the log open may keep the old pages until it closes."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        before = _sqlite_size(conn)
+        conn.exec_driver_sql("VACUUM")
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return before, _sqlite_size(conn)
+
+
+def _sqlite_size(conn) -> int:
+    page_count = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+    return int(page_count) * int(conn.exec_driver_sql("PRAGMA page_size").scalar_one())
+
+
 def _has_content(database: str) -> bool:
     """Whether the SQLite file ``database`` (a path as the URL gives it) holds any bytes."""
     try:

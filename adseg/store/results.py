@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, Float, delete, insert, select, update
+from sqlalchemy import Engine, Float, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adseg.store.models import (
@@ -149,6 +149,56 @@ def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float])
                 status="failed", finished_at=_now(), error=error[:4000], timings=_jsonable(timings)
             )
         )
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune_runs` removed (or, dry, would remove): the runs by id and status, the
+    result rows by table, and the oldest run kept (None when nothing is old enough)."""
+
+    runs: dict[int, str]
+    rows: dict[str, int]
+    first_kept: int | None
+
+
+def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
+    """Delete every run older than the ``keep`` newest completed runs, completed or failed, with
+    all its results, in one transaction; runs newer than the oldest kept one stay whatever their
+    status, and a 'running' run is never touched. Call it holding the nightly lock, under which
+    every run is made and remade (``adseg segment`` / ``forecast``), so that no run being
+    written can be deleted. ``dry_run``: count, delete nothing.
+
+    Cost: one indexed delete per results table (a run's rows are keyed by its id first).
+    SQLite keeps the file's size and reuses the freed pages for later runs (VACUUM shrinks it)."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the latest completed run stays), not {keep}.")
+    newest_completed = (
+        select(Run.run_id)
+        .where(Run.status == "completed")
+        .order_by(Run.run_id.desc())
+        .limit(keep)
+        .subquery()
+    )
+    with engine.begin() as conn:
+        kept = conn.execute(select(func.count(), func.min(newest_completed.c.run_id))).one()
+        if kept[0] < keep:  # no more completed runs than asked to keep: nothing is old enough
+            return Pruned({}, {}, None)
+        first_kept = int(kept[1])
+        old = (Run.run_id < first_kept, Run.status != "running")
+        doomed = select(Run.run_id).where(*old)
+        statement = select(Run.run_id, Run.status).where(*old).order_by(Run.run_id)
+        runs = {run_id: status for run_id, status in conn.execute(statement)}
+        rows: dict[str, int] = {}
+        for table in RESULT_TABLES:
+            in_doomed = table.run_id.in_(doomed)
+            if dry_run:
+                count = conn.scalar(select(func.count()).select_from(table).where(in_doomed))
+            else:
+                count = conn.execute(delete(table).where(in_doomed)).rowcount
+            rows[table.__tablename__] = int(count or 0)
+        if not dry_run:
+            conn.execute(delete(Run).where(*old))
+    return Pruned(runs, rows, first_kept)
 
 
 def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[int]:
