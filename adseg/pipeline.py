@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from adseg import __version__
 from adseg.checks import header_columns
-from adseg.consensus import FUSERS, canonical_name, describe_registered
+from adseg.consensus import FUSERS, canonical_name, count_label_groups, describe_registered
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import (
     STOP_SIGNALS,
@@ -322,12 +322,13 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
     n = labels.shape[0]
     if requested is not None:
         _check_n_segments(requested, n)
-        distinct = np.unique(labels, axis=0).shape[0]
+        distinct, notes = count_label_groups(labels)
         if requested > distinct:
+            noted = f" ({'; '.join(notes)})" if notes else ""
             raise ValueError(
                 f"--segments {requested} is more than the base clusterings can tell apart: the "
                 f"{n} advertisers fall in {distinct} group{'s' if distinct != 1 else ''} with "
-                "identical labels in every view; "
+                f"identical labels in every view{noted}; "
                 f"ask for at most {distinct}."
             )
         return requested

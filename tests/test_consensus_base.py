@@ -248,6 +248,25 @@ def test_every_fuser_refuses_more_clusters_than_distinct_label_rows(name):
     assert fitted.labels_.shape == (10,) and set(fitted.labels_) <= set(range(4))
 
 
+@pytest.mark.parametrize("name", sorted(FUSERS))
+def test_items_no_clustering_labels_are_no_group_of_their_own(name):
+    """Two groups of identical items and two items labelled in no clustering: the unlabelled
+    row was counted as a third group, so K = 3 was allowed, and rcc, l2 and trce split a group
+    of identical items ([1 1 1 1 1 0 2 0 0 2 2 2]) while rcec and lta made the two unlabelled
+    items the third cluster and sccbg returned 2 (QA). Now K = 3 is refused, saying why; at
+    K = 2 every fuser keeps each group of identical items whole."""
+    labels = np.array([[0, 0]] * 5 + [[1, 1]] * 5 + [[-1, -1]] * 2)
+    with pytest.raises(
+        ValueError,
+        match=r"n_clusters=3 exceeds the 2 distinct label rows \(2 item\(s\) labelled in no",
+    ):
+        FUSERS[name](n_clusters=3, random_state=0).fit(labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rcec says it placed the unlabelled items
+        found = FUSERS[name](n_clusters=2, random_state=0).fit_predict(labels)
+    assert len(set(found[:5])) == 1 and len(set(found[5:10])) == 1 and found[0] != found[5]
+
+
 _WEIGHTED_FUSERS = sorted(
     name for name, fuser in FUSERS.items() if "weights" in fuser().get_params()
 )

@@ -533,3 +533,15 @@ def test_sample_orientation_on_agreeing_clusterings_says_what_to_do():
         LTA(n_clusters=2, orientation="sample", random_state=0).fit(agree)
     pred = LTA(n_clusters=2, random_state=0).fit_predict(agree)
     assert pred[0] == pred[1] != pred[2] == pred[3]
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_average_linkage_gives_the_clusters_asked_when_merge_heights_tie(n_clusters):
+    """Four groups of identical items, every pair of groups equally far apart: fcluster's
+    maxclust cut skipped past K at the tied height and LTA's final="ea" returned 1 cluster for
+    2 or 3 asked (QA). The tree is now cut after n − K merges: exactly K clusters, each a union
+    of whole groups."""
+    four = np.column_stack([np.repeat(np.arange(4), 5)] * 3)
+    found = FUSERS["lta"](n_clusters=n_clusters, final="ea").fit_predict(four)
+    assert len(set(found)) == n_clusters
+    assert all(len(set(found[g * 5 : g * 5 + 5])) == 1 for g in range(4))

@@ -1574,6 +1574,12 @@ def test_one_segment_when_the_ks_views_find_no_difference():
         pipeline.choose_n_segments(columns, two_groups, 3)
     with pytest.raises(ValueError, match="the 50 advertisers fall in 1 group with identical"):
         pipeline.choose_n_segments(columns, labels, 2)
+    # advertisers no view labels (too few samples, no description) are no group of their own:
+    # counted as one, they let --segments 3 through, and the fusers split a real group
+    unlabelled = two_groups.copy()
+    unlabelled[:4] = -1
+    with pytest.raises(ValueError, match=r"2 groups .*every view \(4 item\(s\) labelled in no"):
+        pipeline.choose_n_segments(columns, unlabelled, 3)
 
 
 def test_user_text_with_brackets_is_printed_literally(engine, db_url, market_dir, tmp_path):

@@ -138,29 +138,57 @@ def check_n_clusters(n_clusters, n_items: int) -> int:
 
 
 def check_distinct_rows(labels: np.ndarray, n_clusters: int, weights=None) -> None:
-    """Refuse ``n_clusters`` above the number g of distinct label rows (-1 counts as a value).
+    """Refuse ``n_clusters`` above the number g of groups :func:`count_label_groups` finds.
 
     Items with identical rows are indistinguishable to every fuser, so a K above g could only be
     reached by splitting such items at random; the fusers used to differ there (some split by
-    round-off, sccbg raised, rcec returned fewer clusters). A clustering of weight 0 (a fuser's
-    ``weights``) tells no items apart, so it is left out of the rows: counted, it let rcc and l2
-    split items identical in every weighted clustering by the random start, and kc return
-    fewer clusters than asked. Cost O(n m log n), one row sort.
+    round-off, sccbg raised, rcec returned fewer clusters). Cost O(n m log n), one row sort.
     """
     if n_clusters <= 1:
         return
-    ignored = ""
+    distinct, notes = count_label_groups(labels, weights)
+    if n_clusters > distinct:
+        noted = f" ({'; '.join(notes)})" if notes else ""
+        raise ValueError(
+            f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows{noted}: items "
+            "with identical base labels cannot be told apart."
+        )
+
+
+def count_label_groups(labels: np.ndarray, weights=None) -> tuple[int, list[str]]:
+    """(g, notes): the number of distinct label rows (-1 counts as a value) of the items some
+    clustering of positive weight labels, and what was left out, in words.
+
+    A clustering of weight 0 (a fuser's ``weights``) tells no items apart, so it is left out of
+    the rows: counted, it let rcc and l2 split items identical in every weighted clustering by
+    the random start, and kc return fewer clusters than asked. An item labelled in no weighted
+    clustering carries no evidence at all, so it is no group of its own either: counted, it let
+    K exceed the groups the clusterings show, and rcc, l2 and trce then split a group of
+    identical items while rcec and lta made the unlabelled items a cluster (QA).
+    Cost O(n m log n), one row sort."""
+    notes = []
     if weights is not None:
         weighted = check_weights(weights, labels.shape[1]) > 0
         if not weighted.all():
             labels = labels[:, weighted]
-            ignored = f" ({int((~weighted).sum())} clustering(s) of weight 0 left out)"
-    distinct = np.unique(labels, axis=0).shape[0]
-    if n_clusters > distinct:
-        raise ValueError(
-            f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows{ignored}: items "
-            "with identical base labels cannot be told apart."
-        )
+            notes.append(f"{int((~weighted).sum())} clustering(s) of weight 0 left out")
+    unlabelled = (labels == MISSING).all(axis=1)
+    if unlabelled.any():
+        labels = labels[~unlabelled]
+        notes.append(f"{int(unlabelled.sum())} item(s) labelled in no clustering not counted")
+    return (np.unique(labels, axis=0).shape[0] if len(labels) else 0), notes
+
+
+def average_linkage_cut(distances: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Average-linkage (UPGMA) tree on condensed ``distances`` (the n(n−1)/2 of scipy's
+    squareform), cut into exactly ``n_clusters`` clusters; labels (n,) int64 in 0..K−1.
+    scipy's ``cut_tree`` cuts after n − K merges, so tied merge heights cannot make it skip
+    past K, as ``fcluster(criterion="maxclust")`` did (LTA's "ea" gave 1 cluster for 2 asked
+    on four tied groups, QA). O(n²) time, the tree O(n) memory beside the input."""
+    from scipy.cluster.hierarchy import cut_tree, linkage
+
+    tree = linkage(distances, method="average")
+    return cut_tree(tree, n_clusters=n_clusters).ravel().astype(np.int64)
 
 
 def check_real(

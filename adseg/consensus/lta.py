@@ -83,12 +83,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
-from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    average_linkage_cut,
     check_integer,
     check_real,
     co_association,
@@ -708,9 +708,7 @@ def average_linkage_labels(S: np.ndarray, n_clusters: int) -> np.ndarray:
     low = condensed.min(initial=0.0)
     if low < 0:  # S > 1 somewhere (the sample orientation does not clip P2): shift, which
         condensed -= low  # leaves every UPGMA merge, hence the cut, unchanged
-    tree = linkage(condensed, method="average")
-    labels = fcluster(tree, t=n_clusters, criterion="maxclust")
-    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+    return average_linkage_cut(condensed, n_clusters)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from adseg.consensus._base import (
     MISSING,
     BaseFuser,
     assign_labels,
+    average_linkage_cut,
     check_flag,
     check_integer,
     check_real,
@@ -558,7 +559,6 @@ def _merge_components(comp: np.ndarray, M: np.ndarray, c: int) -> np.ndarray:
     """Too many components: average linkage of the components (each one point) on the mean
     co-association between them, 1 − C_PQ / max C as distance, cut at exactly c clusters.
     comp (n,) in 0..z−1, M (n, n) co-association. O(n² + z²) time, z×z memory."""
-    from scipy.cluster.hierarchy import cut_tree, linkage
     from scipy.spatial.distance import squareform
 
     z = int(comp.max()) + 1
@@ -570,6 +570,4 @@ def _merge_components(comp: np.ndarray, M: np.ndarray, c: int) -> np.ndarray:
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
     np.maximum(D, 0.0, out=D)
-    tree = linkage(squareform(D, checks=False), method="average")
-    merged = cut_tree(tree, n_clusters=c).ravel()
-    return merged[comp].astype(np.int64)
+    return average_linkage_cut(squareform(D, checks=False), c)[comp]
