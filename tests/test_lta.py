@@ -3,6 +3,8 @@ solver's optimality conditions, the order (in)dependence of the two orientations
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -480,7 +482,9 @@ def test_bad_labels_are_rejected():
 
 def test_unconverged_zero_matrix_gives_a_clear_error():
     labels, _ = _noisy_ensemble(8, n_groups=2, size=10, m=3)
-    with pytest.raises(ValueError, match="max_iter"):
+    from sklearn.exceptions import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning), pytest.raises(ValueError, match="max_iter"):
         LTA(2, max_iter=1).fit(labels)  # τ = 1/μ₀ = 1e4 zeroes everything in one step
 
 
@@ -545,3 +549,16 @@ def test_average_linkage_gives_the_clusters_asked_when_merge_heights_tie(n_clust
     found = FUSERS["lta"](n_clusters=n_clusters, final="ea").fit_predict(four)
     assert len(set(found)) == n_clusters
     assert all(len(set(found[g * 5 : g * 5 + 5])) == 1 for g in range(4))
+
+
+def test_stopping_at_max_iter_warns_as_rcc_and_rcec_do():
+    """converged_ was set to False silently: the nightly's fuser notes never heard of it (QA)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    labels, _ = _noisy_ensemble(8, n_groups=2, size=10, m=3)
+    with pytest.warns(ConvergenceWarning, match="LTA stopped at max_iter=20"):
+        fuser = LTA(2, max_iter=20, mu0=1.0).fit(labels)
+    assert not fuser.converged_ and fuser.n_iter_ == 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert LTA(2).fit(labels).converged_

@@ -351,10 +351,11 @@ def test_bad_parameters_are_refused(params, error):
 @pytest.mark.parametrize(
     "labels, k, expected",
     [
-        # an item in no clustering (orphan: zero embedding row) joins the largest segment ...
+        # an item in no clustering (orphan: zero embedding row) joins the largest segment (it
+        # was a segment of its own at k = 3, which every fuser now refuses: such items are no
+        # group of their own, test_consensus_base.py)
         ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 2, [0, 0, 1, 1, 0]),
-        # ... or is a segment of its own while fewer than k are used
-        ([[0, 0], [0, 0], [1, 1], [1, 1], [-1, -1]], 3, [0, 0, 1, 1, 2]),
+        ([[0, 0], [0, 0], [1, 1], [1, 1], [2, 2], [-1, -1]], 3, [0, 0, 1, 1, 2, 0]),
     ],
 )
 def test_discretize_handles_orphans_and_padding(labels, k, expected):
@@ -377,3 +378,10 @@ def test_discretize_pads_when_k_exceeds_the_graphs_eigenvectors():
     pred = RCEC(n_clusters=7, assign_labels="discretize", random_state=0).fit_predict(labels)
     assert pred.min() == 0 and pred.max() < 7
     np.testing.assert_array_equal(pred[0::2], pred[1::2])  # identical rows share a segment
+
+
+def test_an_auto_beta_that_removes_everything_names_beta_scale():
+    """The message said 'Use a smaller beta' to a user who never set beta (QA)."""
+    labels, _ = _noisy_copies()
+    with pytest.raises(ValueError, match=r"beta_scale=5\.0 gives beta=.*smaller beta_scale\."):
+        RCEC(n_clusters=3, beta_scale=5.0, random_state=0).fit(labels)

@@ -51,7 +51,10 @@ def check_labels(labels, *, name: str = "labels") -> np.ndarray:
             raise ValueError(
                 f"{name} has NaN at row {row}, column {col}: mark a missing label with -1."
             )
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+        if not np.all(np.isfinite(arr)):
+            row, col = (int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+            raise ValueError(f"{name} has {arr[row, col]} at row {row}, column {col}.")
+        if not np.all(arr == np.round(arr)):
             raise TypeError(f"{name} must hold integers; got non-integral floats.")
     elif arr.dtype.kind not in "iub":
         raise TypeError(f"{name} must be an integer array; got dtype {arr.dtype}.")

@@ -76,6 +76,7 @@ eigenvectors of D^{-1/2} W D^{-1/2}.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 from scipy.spatial.distance import squareform
+from sklearn.exceptions import ConvergenceWarning
 
 from adseg.consensus._base import (
     BaseFuser,
@@ -811,6 +813,13 @@ class LTA(BaseFuser):
         self.n_iter_ = res.n_iter
         self.converged_ = res.converged
         self.residual_ = res.residual
+        if not res.converged:  # as rcc and rcec do: a caller (the nightly's notes) must hear it
+            warnings.warn(
+                f"LTA stopped at max_iter={self.max_iter} before reaching tol={self.tol} "
+                f"(max-abs primal residual {res.residual:.2e}); increase max_iter or rho.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         S = P2 + P2.T
         S *= 0.5
         del res, P2

@@ -460,7 +460,7 @@ class RCEC(BaseFuser):
     def _check_params(self) -> None:
         check_real("lam", self.lam, low_inclusive=True)
         check_real("gamma", self.gamma)
-        check_real("tol", self.tol)
+        check_real("tol", self.tol, high=1.0)  # relative: 1 or more stops at once, as rcc's
         check_real("varsigma", self.varsigma, low_inclusive=True)
         check_real("beta_scale", self.beta_scale)
         if not (isinstance(self.beta, str) and self.beta == "auto"):
@@ -487,9 +487,15 @@ class RCEC(BaseFuser):
         self.beta_ = beta
         zero_bound = 2.0 * np.sqrt(sizes.max())
         if beta >= zero_bound:
+            chosen = (
+                f"beta_scale={self.beta_scale!r} gives beta={beta:.4g} (beta='auto'), which"
+                if self.beta == "auto"
+                else f"beta={beta:.4g}"
+            )
+            smaller = "beta_scale" if self.beta == "auto" else "beta"
             raise ValueError(
-                f"beta={beta:.4g} removes every input cluster: X* = 0 whenever "
-                f"beta ≥ 2·√(largest input cluster) = {zero_bound:.4g}. Use a smaller beta."
+                f"{chosen} removes every input cluster: X* = 0 whenever "
+                f"beta ≥ 2·√(largest input cluster) = {zero_bound:.4g}. Use a smaller {smaller}."
             )
 
         # identical label rows have identical rows in X* — solve on the distinct rows

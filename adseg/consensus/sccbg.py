@@ -467,14 +467,19 @@ class SCCBG(BaseFuser):
         if isinstance(self.gamma, str):
             if self.gamma != "auto":
                 raise ValueError(f"gamma must be a number ≥ 0 or 'auto'; got {self.gamma!r}.")
-            if len(self.gamma_grid) == 0:
+            grid = self.gamma_grid
+            if isinstance(grid, str | bytes) or not hasattr(grid, "__len__"):
+                raise TypeError(f"gamma_grid must be a sequence of numbers ≥ 0; got {grid!r}.")
+            if len(grid) == 0:
                 raise ValueError("gamma_grid is empty.")
             for g in self.gamma_grid:
                 check_real("gamma_grid entries", g, low_inclusive=True)
         else:
             check_real("gamma", self.gamma, low_inclusive=True)
-        for name in ("lambda0", "rho0", "tol", "rank_tol", "inner_tol"):
+        for name in ("lambda0", "rho0", "rank_tol"):
             check_real(name, getattr(self, name))
+        for name in ("tol", "inner_tol"):  # a relative change, a change of entries in [0, 1]
+            check_real(name, getattr(self, name), high=1.0)
         # S's entries are at most 1: a threshold of 1 or more would leave no edge at all
         check_real("edge_tol", self.edge_tol, low_inclusive=True, high=1.0)
         if self.relaxation != "auto" and not (
