@@ -82,9 +82,8 @@ def database_url(flag: str | None = None) -> str:
         )
     file = sqlite_file(url)
     if file is not None and not file.parent.is_dir():
-        raise ValueError(
-            f"database URL: the SQLite file's folder {file.parent} does not exist; create it first."
-        )
+        why = "is not a folder" if file.parent.exists() else "does not exist; create it first"
+        raise ValueError(f"database URL: the SQLite file's folder {file.parent} {why}.")
     return url
 
 

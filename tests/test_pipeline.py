@@ -1495,7 +1495,8 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
 
     run_id = _leftover_lock(loaded, f"not-{socket.gethostname()}:{os.getpid()}")
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
-    assert res.exit_code == 75 and "adseg db unlock" in res.output
+    # the hint names --force: `adseg db unlock` alone refuses such a holder (QA)
+    assert res.exit_code == 75 and "`adseg db unlock --force` clears" in res.output
     res = unlock()
     assert res.exit_code == 2 and "--force" in res.output
     res = unlock("--force")

@@ -140,6 +140,16 @@ def test_bad_database_urls_are_usage_errors_without_the_password(url, message):
     assert message in result.output and "s3cret" not in result.output
 
 
+def test_a_sqlite_path_through_a_file_says_so(tmp_path):
+    """It said the folder 'does not exist' of a folder that exists as a file (QA)."""
+    (tmp_path / "afile").write_text("x")
+    result = runner.invoke(
+        app, ["db", "upgrade", "--database-url", f"sqlite:///{tmp_path}/afile/x.db"]
+    )
+    assert result.exit_code == 2
+    assert f"the SQLite file's folder {tmp_path / 'afile'} is not a folder" in result.output
+
+
 def test_a_missing_sqlite_file_is_reported_not_created(tmp_path):
     """A mistyped URL must not leave an empty database behind; only `db upgrade` creates one."""
     path = tmp_path / "typo.db"
@@ -171,6 +181,17 @@ def test_ingest_round_trip(engine, db_url, tmp_path, fmt):
     assert dlv["impressions"].tolist() == [400, 60, 0]
     assert dlv["spend"].tolist() == [0.52, 0.03, 0.0]
     assert [str(d) for d in dlv["date"]] == ["2026-03-01", "2026-03-02", "2026-03-02"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
+def test_files_with_a_header_and_no_rows_load_nothing(engine, db_url, tmp_path, fmt):
+    """A header-only auctions file (a day with no logged auctions) failed on SQLite with numpy's
+    'zero-size array to reduction operation maximum which has no identity', naming no file
+    (QA); PostgreSQL loaded it. Now both load the other files and no auction."""
+    result = ingest(db_url, write_dir(tmp_path / "in", fmt, auctions=AUCTIONS.iloc[:0]))
+    assert result.exit_code == 0, result.output
+    assert len(reads.advertisers(engine)) == 3 and len(reads.auctions(engine)) == 0
+    assert len(reads.delivery(engine)) == 3
 
 
 def test_description_with_commas_quotes_newlines_unicode_survives(engine, db_url, tmp_path):

@@ -315,10 +315,13 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
                 _abandon(engine, current)
                 continue
             run = "no run yet" if current.run_id is None else f"run {current.run_id}"
+            # not stale: its process exists on this host, or it is another host's, which cannot
+            # be checked; either way only --force clears it (it said `adseg db unlock`, which
+            # then refused, QA)
             raise RunLockedError(
                 f"another {name} run is in progress ({run}, held by {current.holder} since "
                 f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC); try again when it has finished "
-                "(if that process is gone, `adseg db unlock` clears the lock)"
+                "(if that process is gone, `adseg db unlock --force` clears the lock)"
             ) from None
     raise RunLockedError(f"could not take the {name} lock")
 
