@@ -532,8 +532,9 @@ def db_prune(
         int,
         typer.Option(
             "--keep",
-            min=1,
-            help="How many of the newest completed runs to keep (with every newer run).",
+            **RUN_ID,
+            help="How many of the newest reportable runs (completed, with forecasts) to keep, "
+            "with every later run.",
             show_default=False,
         ),
     ],
@@ -551,15 +552,17 @@ def db_prune(
     quiet: Quiet = False,
 ) -> None:
     """Delete old runs and their results: every run, completed or failed, older than the
-    `--keep` newest completed runs.
+    `--keep` newest reportable runs.
 
-    Runs newer than the oldest kept one stay whatever their status. Takes the nightly lock (exit
-    75 while a nightly, `segment` or `forecast` runs). SQLite reuses the freed space for later
-    runs; `--vacuum` gives it back to the disk."""
+    A reportable run is a completed one with forecasts (what `adseg report` shows; a `views` run
+    is not one). Runs from the oldest kept one on stay whatever their kind and status, and a run
+    still marked running is never deleted. Takes the nightly lock (exit 75 while a nightly,
+    `views`, `segment` or `forecast` runs). SQLite reuses the freed space for later runs;
+    `--vacuum` gives it back to the disk."""
     from adseg.pipeline import prune_runs
     from adseg.store.results import RunLockedError
 
-    engine = _engine(database_url_)
+    engine = _engine(database_url_, writes=not dry_run)  # a dry run only counts
     _require_schema(engine)
     try:
         pruned = prune_runs(engine, keep, dry_run=dry_run)
@@ -576,31 +579,55 @@ def db_prune(
             return
         from adseg.store.engine import vacuum_sqlite
 
-        before, after = vacuum_sqlite(engine)
+        before, after, blocked = vacuum_sqlite(engine)
         if not quiet:
-            out.print(f"vacuumed: {before / 2**20:,.1f} MiB -> {after / 2**20:,.1f} MiB")
+            out.print(f"vacuumed: {before / 2**20:,.1f} MiB -> {after / 2**20:,.1f} MiB on disk")
+        if blocked:
+            err.print(
+                "warning: another process is reading the database, so SQLite kept the old pages "
+                "and the new copy in its -wal file; the file shrinks at the first checkpoint "
+                "after that reader finishes (the next write, or this command again)",
+                markup=False,
+            )
 
 
 def _pruned_line(pruned, keep: int, dry_run: bool) -> str:
     """One line on what `db prune` removed (or would remove) and what it kept."""
     if pruned.first_kept is None:
-        return f"nothing to remove: no more than {_counted(keep, 'completed run')} in the database"
+        return (
+            f"nothing to remove: no more than {_counted(keep, 'reportable run')} (completed, "
+            "with forecasts) in the database"
+        )
+    running = ""
+    if pruned.running:
+        running = f", and {_id_ranges(pruned.running)}, still marked running"
     if not pruned.runs:
-        return f"nothing to remove: no run is older than run {pruned.first_kept}"
+        return f"nothing to remove: no run older than run {pruned.first_kept}{running}"
     statuses = list(pruned.runs.values())
     by_status = ", ".join(
         f"{statuses.count(status)} {status}"
         for status in ("completed", "failed")
         if status in statuses
     )
-    ids = list(pruned.runs)
-    span = f"run {ids[0]}" if len(ids) == 1 else f"runs {ids[0]}–{ids[-1]}"
     verb = "would remove" if dry_run else "removed"
     return (
-        f"{verb} {_counted(len(ids), 'run')} ({span}: {by_status}) and their "
-        f"{_counted(sum(pruned.rows.values()), 'result row')}; kept run {pruned.first_kept} and "
-        f"every later run (the --keep {keep} newest completed)"
+        f"{verb} {_counted(len(statuses), 'run')} ({_id_ranges(list(pruned.runs))}: "
+        f"{by_status}) and their {_counted(sum(pruned.rows.values()), 'result row')}; kept run "
+        f"{pruned.first_kept} and every later run (from the --keep {keep} newest reportable)"
+        f"{running}"
     )
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """'run 3', 'runs 1–4', 'runs 1–2, 4, 6–9' for ascending run ids."""
+    spans: list[list[int]] = []
+    for run_id in ids:
+        if spans and run_id == spans[-1][1] + 1:
+            spans[-1][1] = run_id
+        else:
+            spans.append([run_id, run_id])
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+    return f"run{'' if len(ids) == 1 else 's'} {text}"
 
 
 def _counted(count: int, noun: str) -> str:

@@ -717,16 +717,14 @@ def _locked_run(
             log.debug("%s", traceback.format_exc())
             _free_frames(exc)
             marked = _cleanup(
-                "mark run %s failed",
-                run_id,
+                f"mark run {run_id} failed",
                 lambda: store.fail_run(engine, run_id, message, timings),
             )
         raise
     finally:
         if holder is not None and marked:
             _cleanup(
-                "release the lock of run %s",
-                run_id,
+                f"release the lock of run {run_id}",
                 lambda: store.release_lock(engine, "nightly", holder),
             )
         elif holder is not None:  # this process no longer holds it: the next run takes it over
@@ -753,7 +751,7 @@ def _free_frames(exc: BaseException) -> None:
         pending += [current.__cause__, current.__context__]
 
 
-def _cleanup(what: str, run_id: int | None, step: Callable[[], None]) -> bool:
+def _cleanup(what: str, step: Callable[[], None]) -> bool:
     """A clean-up step after a run ended, which must not replace the run's own error with its
     own: when the database server went away mid-run, marking the run failed fails too, and the
     user saw that second error without "run N failed". A lock and a run row left behind are
@@ -762,7 +760,7 @@ def _cleanup(what: str, run_id: int | None, step: Callable[[], None]) -> bool:
     try:
         step()
     except Exception as exc:
-        log.warning("could not %s: %s", what % run_id, error_text(exc))
+        log.warning("could not %s: %s", what, error_text(exc))
         return False
     return True
 
@@ -939,7 +937,14 @@ def _nightly_lock(engine: Engine):
         raise
     finally:
         if holder is not None:
-            store.release_lock(engine, "nightly", holder)
+            # what the block did is committed: a lock that cannot be released now (SQLite's
+            # write lock held by another process beyond the busy timeout) must not turn that
+            # into an error; this host's next run takes it over (QA: `db prune` exited 75,
+            # 'retry', after its deletion had committed)
+            _cleanup(
+                "release the nightly lock (this host's next run takes it over)",
+                lambda: store.release_lock(engine, "nightly", holder),
+            )
 
 
 def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> store.Pruned:

@@ -268,7 +268,34 @@ def test_the_job_prunes_old_runs_after_a_completed_run_when_asked(job_env):
     engine.dispose()
 
 
-@pytest.mark.parametrize("keep", ["0", "-1", "two", "1.5", " 3"])
+def test_a_prune_that_fails_after_a_completed_run_is_a_warning_not_a_retry(job_env, tmp_path):
+    """The job exited 75 ('retry later') when the prune found the lock taken after the night's
+    run had completed (an analyst's `forecast --run` in between): a retrying scheduler ran the
+    night again (QA). Now a warning line, exit 0; the run stays completed."""
+    from adseg.store import results as store
+    from adseg.store.engine import make_engine
+
+    env, home = job_env
+    wrapper = tmp_path / "adseg-busy-prune"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1 $2" = "db prune" ]; then echo "error: another nightly run is in progress"; '
+        "exit 75; fi\n"
+        f'exec "{ADSEG_BIN}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env.update(ADSEG_KEEP_RUNS="01", ADSEG_BIN=str(wrapper))  # leading zeros: a whole number
+    done = _run(env, "--fuser", "l2", "--supply", "actual")
+    [log] = (home / "logs").glob("nightly-*.log")
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 0, text
+    assert "warning: db prune exited 75; the run completed and is kept" in text
+    engine = make_engine(env["ADSEG_DATABASE_URL"])
+    assert store.list_runs(engine)["status"].tolist() == ["completed"]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("keep", ["0", "-1", "two", "1.5", " 3", "1" + "0" * 19])
 def test_a_bad_keep_runs_value_stops_the_job_before_any_step(job_env, keep):
     env, home = job_env
     env["ADSEG_KEEP_RUNS"] = keep

@@ -73,7 +73,7 @@ def test_prune_keeps_the_newest_completed_runs_and_everything_after(history, db_
     assert res.exit_code == 0, res.output
     assert f"removed 2 runs (runs {c1}–{f1}: 1 completed, 1 failed)" in res.output
     assert f"their {before:,} result rows" in res.output
-    assert f"kept run {c2} and every later run" in res.output
+    assert f"kept run {c2} and every later run (from the --keep 2 newest reportable)" in res.output
     # the failed run between the kept completed ones stays; nothing of the old runs is left
     assert store.list_runs(engine)["run_id"].tolist() == [c3, f2, c2]
     assert _result_rows(engine, [c1, f1]) == 0
@@ -83,23 +83,47 @@ def test_prune_keeps_the_newest_completed_runs_and_everything_after(history, db_
     assert runner.invoke(app, ["report", "--database-url", db_url, "--run", str(c2)]).exit_code == 0
 
     res = _prune(db_url, "--keep", "2")
-    assert res.exit_code == 0 and f"nothing to remove: no run is older than run {c2}" in res.output
+    assert res.exit_code == 0 and f"nothing to remove: no run older than run {c2}" in res.output
     res = _prune(db_url, "--keep", "5", "--quiet")
     assert res.exit_code == 0 and res.output == ""
     res = _prune(db_url, "--keep", "5")
-    assert "nothing to remove: no more than 5 completed runs in the database" in res.output
+    assert "nothing to remove: no more than 5 reportable runs (completed, with" in res.output
 
 
-def test_prune_never_touches_a_running_run(history):
-    engine, (c1, *_, c3) = history
-    running = store.create_run(
-        engine, "nightly", parameters={}, seed=0, windows={}, code_version="t"
-    )
-    with engine.begin() as conn:  # an old 'running' row, as a process killed long ago leaves
-        conn.execute(Run.__table__.update().where(Run.run_id == running).values(run_id=0))
-    pruned = store.prune_runs(engine, 1)
-    assert 0 not in pruned.runs and c1 in pruned.runs
-    assert store.list_runs(engine)["run_id"].tolist() == [c3, 0]
+def test_prune_never_touches_a_running_run_and_says_so(history, db_url):
+    """The line said 'removed 3 runs (runs 1–4 …) … kept run 5 and every later run' with run 3,
+    still running, kept; and 'no run is older than run 8' with a running run 1 (QA)."""
+    engine, (c1, f1, c2, f2, c3) = history
+    with engine.begin() as conn:  # as a process killed long ago leaves it
+        conn.execute(Run.__table__.update().where(Run.run_id == f1).values(status="running"))
+    res = _prune(db_url, "--keep", "2")
+    assert res.exit_code == 0, res.output
+    assert f"removed 1 run (run {c1}: 1 completed)" in res.output
+    assert f", and run {f1}, still marked running" in res.output
+    res = _prune(db_url, "--keep", "2")
+    assert f"nothing to remove: no run older than run {c2}, and run {f1}, still" in res.output
+    assert store.list_runs(engine)["run_id"].tolist() == [c3, f2, c2, f1]
+
+
+def test_a_views_run_is_not_one_of_the_runs_kept(history, db_url):
+    """A `views` run after the nightlies took the one place of --keep 1 and every run with a
+    report was deleted: `adseg report` then found none (QA). Only reportable runs (completed,
+    with forecasts) count; a views run after them stays, as every later run does."""
+    engine, (*_, c3) = history
+    res = runner.invoke(app, ["views", "--database-url", db_url, "-q"])
+    assert res.exit_code == 0, res.output
+    views = store.list_runs(engine)["run_id"].iloc[0]
+    assert _prune(db_url, "--keep", "1").exit_code == 0
+    assert store.list_runs(engine)["run_id"].tolist() == [views, c3]
+    assert runner.invoke(app, ["report", "--database-url", db_url, "-q"]).exit_code == 0
+
+
+def test_id_ranges_read_as_spans():
+    from adseg.cli import _id_ranges
+
+    assert _id_ranges([3]) == "run 3"
+    assert _id_ranges([1, 2, 3, 4]) == "runs 1–4"
+    assert _id_ranges([1, 2, 4, 6, 7, 8, 9]) == "runs 1–2, 4, 6–9"
 
 
 def test_prune_waits_for_no_one_and_changes_nothing_while_the_lock_is_held(history, db_url):
@@ -116,13 +140,57 @@ def test_prune_waits_for_no_one_and_changes_nothing_while_the_lock_is_held(histo
     assert store.lock_holder(engine) is None
 
 
-def test_prune_refuses_a_keep_below_one(engine, db_url):
-    for keep in ("0", "-3"):
+def test_prune_refuses_a_keep_below_one_or_beyond_the_integer_range(engine, db_url):
+    # 2^63 was a traceback (SQLite: OverflowError) or 'bigint out of range', exit 1 (QA)
+    for keep in ("0", "-3", str(2**63), "99999999999999999999"):
         res = _prune(db_url, "--keep", keep)
-        assert res.exit_code == 2 and "--keep" in res.output
+        assert res.exit_code == 2 and "--keep" in res.output and "Traceback" not in res.output
+    assert _prune(db_url, "--keep", str(2**63 - 1)).exit_code == 0
     assert _prune(db_url).exit_code == 2  # --keep is required: no default deletes anything
     with pytest.raises(ValueError, match="keep must be at least 1"):
         store.prune_runs(engine, 0)
+
+
+def test_a_dry_run_reads_a_database_this_user_may_only_read(history, db_url, monkeypatch):
+    """It was refused ('cannot write it: its folder … is not writable'), although it only
+    counts and `adseg runs` reads the same file (QA). The folder is made unwritable to adseg's
+    check, as in test_database_errors.py (root may write anything)."""
+    from adseg.store import engine as engine_module
+
+    engine, runs = history
+    if engine.dialect.name != "sqlite":
+        pytest.skip("file permissions are SQLite's")
+    engine.dispose()
+    monkeypatch.setattr(engine_module, "_folder_writable", lambda folder: False)
+    res = _prune(db_url, "--keep", "1", "--dry-run")
+    assert res.exit_code == 0 and "would remove 4 runs" in res.output, res.output
+    res = _prune(db_url, "--keep", "1")
+    assert res.exit_code == 2 and "cannot write it: its folder" in res.output
+    monkeypatch.undo()
+    assert len(store.list_runs(engine)) == 5
+
+
+def test_vacuum_says_when_a_reader_keeps_the_old_pages(history, db_url, tmp_path):
+    """With a reader in a transaction the checkpoint cannot finish: the line said the file had
+    shrunk while the old pages and the copy both sat on disk (QA). Now it counts the -wal too
+    and warns."""
+    import sqlite3
+
+    engine, runs = history
+    if engine.dialect.name != "sqlite":
+        pytest.skip("VACUUM is SQLite's")
+    reader = sqlite3.connect(tmp_path / "adseg.db", isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchall()
+    try:
+        res = _prune(db_url, "--keep", "1", "--vacuum")
+    finally:
+        reader.close()
+    assert res.exit_code == 0, res.output
+    assert "MiB on disk" in res.output
+    assert "warning: another process is reading the database" in res.output
+    res = _prune(db_url, "--keep", "1", "--vacuum")  # the reader is gone: no warning
+    assert res.exit_code == 0 and "warning" not in res.output
 
 
 def test_prune_vacuum_shrinks_a_sqlite_file(history, db_url):

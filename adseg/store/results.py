@@ -11,7 +11,7 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -154,40 +154,48 @@ def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float])
 @dataclass(frozen=True)
 class Pruned:
     """What :func:`prune_runs` removed (or, dry, would remove): the runs by id and status, the
-    result rows by table, and the oldest run kept (None when nothing is old enough)."""
+    result rows by table, the oldest run kept (None when there are no more reportable runs than
+    asked to keep) and the older runs left because they are still 'running'."""
 
     runs: dict[int, str]
     rows: dict[str, int]
     first_kept: int | None
+    running: list[int] = field(default_factory=list)
 
 
 def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
-    """Delete every run older than the ``keep`` newest completed runs, completed or failed, with
-    all its results, in one transaction; runs newer than the oldest kept one stay whatever their
-    status, and a 'running' run is never touched. Call it holding the nightly lock, under which
-    every run is made and remade (``adseg segment`` / ``forecast``), so that no run being
+    """Delete every run older than the ``keep`` newest reportable runs (completed, with scored
+    forecasts: what ``adseg report`` can show, as :func:`latest_completed_run` with
+    ``with_forecasts`` picks), completed or failed, with all its results, in one transaction.
+    Runs from the oldest kept one on stay whatever their kind and status (a `views` run does not
+    take one of the ``keep`` places: counted, a views run after the nightlies left no run to
+    report, QA), and a 'running' run is never touched. Call it holding the nightly lock, under
+    which every run is made and remade (``adseg segment`` / ``forecast``), so that no run being
     written can be deleted. ``dry_run``: count, delete nothing.
 
     Cost: one indexed delete per results table (a run's rows are keyed by its id first).
     SQLite keeps the file's size and reuses the freed pages for later runs (VACUUM shrinks it)."""
     if keep < 1:
-        raise ValueError(f"keep must be at least 1 (the latest completed run stays), not {keep}.")
-    newest_completed = (
+        raise ValueError(f"keep must be at least 1 (the latest reportable run stays), not {keep}.")
+    scored = select(Metric.run_id).where(Metric.run_id == Run.run_id).exists()
+    newest_reportable = (
         select(Run.run_id)
-        .where(Run.status == "completed")
+        .where(Run.status == "completed", scored)
         .order_by(Run.run_id.desc())
         .limit(keep)
         .subquery()
     )
     with engine.begin() as conn:
-        kept = conn.execute(select(func.count(), func.min(newest_completed.c.run_id))).one()
-        if kept[0] < keep:  # no more completed runs than asked to keep: nothing is old enough
+        kept = conn.execute(select(func.count(), func.min(newest_reportable.c.run_id))).one()
+        if kept[0] < keep:  # no more reportable runs than asked to keep: nothing is old enough
             return Pruned({}, {}, None)
         first_kept = int(kept[1])
+        older = select(Run.run_id, Run.status).where(Run.run_id < first_kept)
+        found = conn.execute(older.order_by(Run.run_id)).all()
+        runs = {run_id: status for run_id, status in found if status != "running"}
+        running = [run_id for run_id, status in found if status == "running"]
         old = (Run.run_id < first_kept, Run.status != "running")
         doomed = select(Run.run_id).where(*old)
-        statement = select(Run.run_id, Run.status).where(*old).order_by(Run.run_id)
-        runs = {run_id: status for run_id, status in conn.execute(statement)}
         rows: dict[str, int] = {}
         for table in RESULT_TABLES:
             in_doomed = table.run_id.in_(doomed)
@@ -198,7 +206,7 @@ def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
             rows[table.__tablename__] = int(count or 0)
         if not dry_run:
             conn.execute(delete(Run).where(*old))
-    return Pruned(runs, rows, first_kept)
+    return Pruned(runs, rows, first_kept, running)
 
 
 def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[int]:
