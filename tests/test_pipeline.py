@@ -1531,15 +1531,18 @@ def _leftover_lock(engine, holder: str) -> int:
     return run_id
 
 
-def test_a_lock_of_a_previous_process_with_our_process_id_is_taken_over(loaded):
+def test_a_lock_of_a_previous_process_with_our_process_id_is_taken_over(loaded, caplog):
     """A container restarted in a fresh PID namespace gets the same process ids (adseg is
     often pid 1), so a lock row naming this process's id that this process never took is a
-    dead process's: it is taken over (its run marked abandoned), not waited on forever."""
+    dead process's: it is taken over (its run marked abandoned), not waited on forever. The
+    takeover is logged (it was silent: a `db prune` marked a run failed without a word, QA)."""
     import os
     import socket
 
     run_id = _leftover_lock(loaded, f"{socket.gethostname()}:{os.getpid()}")
-    holder = store.acquire_lock(loaded, "nightly")
+    with caplog.at_level("WARNING"):
+        holder = store.acquire_lock(loaded, "nightly")
+    assert f"its run {run_id} marked failed" in caplog.text
     assert store.get_run(loaded, run_id)["status"] == "failed"
     assert "abandoned" in store.get_run(loaded, run_id)["error"]
     # while this process holds it, the same id is live: a second acquire is refused

@@ -8,6 +8,7 @@ results deleted and its row marked 'failed' with the error — earlier runs are 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -30,6 +31,8 @@ from adseg.store.models import (
     SegmentCdf,
 )
 from adseg.store.reads import query_frame, sorted_frame
+
+log = logging.getLogger(__name__)
 
 RESULT_TABLES = (BaseClusteringLabel, BaseClusteringColumn, Segment, SegmentCdf, Forecast, Metric)
 INSERT_CHUNK = 20_000
@@ -321,6 +324,14 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
                 continue
             if _is_stale(engine, current):
                 _abandon(engine, current)
+                run = "" if current.run_id is None else f"; its run {current.run_id} marked failed"
+                # the caller may be any command (a prune, a segment): say so, it changed a run
+                log.warning(
+                    "took over the %s lock of %s, whose process has ended%s",
+                    name,
+                    current.holder,
+                    run,
+                )
                 continue
             run = "no run yet" if current.run_id is None else f"run {current.run_id}"
             # not stale: its process exists on this host, or it is another host's, which cannot
