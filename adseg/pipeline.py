@@ -409,6 +409,7 @@ def fuse(
             errors[name] = f"{type(exc).__name__}: {exc}"
             log.warning("fuser %s failed and is skipped: %s", name, errors[name])
             return
+        log.info("fuser %s: %.1f s", name, seconds[name])  # a job log heard nothing per fuser
         if found:
             notes[name] = found
             for note in found:
@@ -809,14 +810,24 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
 def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyResult:
     from adseg.views import clusters_per_view, view_consistency
 
+    log.info(
+        "run %s: train %s..%s, evaluate %s..%s",
+        run_id,
+        windows.train_start,
+        windows.train_end,
+        windows.eval_start,
+        windows.eval_end,
+    )
     with _timed(timings, "pull", progress):
         data = pull(engine, windows)
+    log.info("pulled %s advertisers", f"{len(data.advertiser_ids):,}")
     with _timed(timings, "views", progress):
         views = build_views(data, config)
         labels, columns = views.labels, views.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
     n_segments = choose_n_segments(columns, labels, config.n_segments)
     names, left_out = fusers_for_size(config, labels.shape[0])
+    log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with _timed(timings, "fuse", progress):
         fusion = fuse(
             labels, names, n_segments, config.seed, config.primary(), progress, config.n_jobs

@@ -45,6 +45,7 @@ n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Sequence
@@ -62,6 +63,8 @@ from adseg.checks import check_integer, check_k_range
 from adseg.consensus._base import assign_labels, top_eigenvectors
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import pair_consistency
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "KS_VIEWS",
@@ -436,6 +439,8 @@ def ks_view(
     t0 = time.perf_counter()
     dist = ks_distance_matrix([samples[i] for i in keep], memory_mb=config.ks_memory_mb)
     ks_seconds = time.perf_counter() - t0
+    # a job log otherwise heard nothing for minutes at 10,000 advertisers (QA)
+    log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
     labels = np.full((n, len(config.alphas)), -1, dtype=np.int64)
     rows = []
     for c, alpha in enumerate(config.alphas):  # loop over significance levels
@@ -453,6 +458,13 @@ def ks_view(
         ).fit(graph)
         del graph
         labels[keep, c] = model.labels_
+        log.info(
+            "view %s alpha=%g: %d clusters, %.1f s",
+            view,
+            alpha,
+            model.n_clusters_,
+            time.perf_counter() - t1,
+        )
         rows.append(
             {
                 "view": view,
