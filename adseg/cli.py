@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -679,7 +680,9 @@ def ingest(
 
     engine = _engine(database_url_)
     _require_schema(engine)
+    started = time.perf_counter()
     batch = read_directory(directory, known_advertiser_ids(engine))
+    read_seconds = time.perf_counter() - started
     summary = _write_with_progress(engine, batch, quiet)
     if quiet:
         return
@@ -691,7 +694,11 @@ def ingest(
     out.print(table)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else float("inf")
     rows = "row" if summary.rows == 1 else "rows"
-    out.print(f"{summary.rows:,} {rows} in {summary.seconds:.2f} s ({rate:,.0f} rows/s)")
+    # both parts: the write's rate alone read as the command's (QA: 37.5 s of 48 s)
+    out.print(
+        f"{summary.rows:,} {rows} read and validated in {read_seconds:.2f} s, written in "
+        f"{summary.seconds:.2f} s ({rate:,.0f} rows/s)"
+    )
 
 
 def _write_with_progress(engine, batch, quiet: bool):
