@@ -39,8 +39,10 @@ splits more); the spec's S_ij = 1[dist ≤ C_α] is kept as written
 Memory: per KS view (n_v = advertisers with enough samples), about 5 n_v × n_v float64 arrays at
 peak: the distance matrix, the adjacency of one α and the normalised cut's 3 (tracemalloc,
 2026-11-24: 5.0 at n_v = 2,000; n_v = 5,000 → 200 MB each, about 1 GB). Time: the KS
-matrix (see adseg.landscape) plus a partial eigendecomposition per α (LAPACK subset solver up to
-n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
+matrix (see adseg.landscape) plus, per α, the Bethe Hessian's dense LDLᵀ factorisation that
+counts the clusters (O(n_v³/3): about 100 s at n_v = 7,600, 90 % of the stage at 10,000
+advertisers, benchmarks/results/nightly_10000.md), a partial eigendecomposition (LAPACK subset
+solver up to n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
 """
 
 from __future__ import annotations
