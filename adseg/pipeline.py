@@ -959,7 +959,7 @@ def _nightly_lock(engine: Engine):
 
 
 def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> store.Pruned:
-    """Delete the runs older than the ``keep`` newest completed ones, with their results
+    """Delete the runs older than the ``keep`` newest reportable ones, with their results
     (:func:`adseg.store.results.prune_runs`), under the nightly lock so that no run being made
     or remade is touched. ``dry_run`` counts without the lock and deletes nothing."""
     if dry_run:
