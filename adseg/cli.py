@@ -566,21 +566,22 @@ def db_prune(
     engine = _engine(database_url_, writes=not dry_run)  # a dry run only counts
     _require_schema(engine)
     try:
-        pruned = prune_runs(engine, keep, dry_run=dry_run)
+        pruned, shrunk = prune_runs(engine, keep, dry_run=dry_run, vacuum=vacuum)
     except RunLockedError as exc:
         _fail(str(exc), EXIT_TEMPFAIL)
     if not quiet:
         out.print(_pruned_line(pruned, keep, dry_run), markup=False)
-    if vacuum and not dry_run:
-        if engine.dialect.name != "sqlite":
-            err.print(
-                "note: --vacuum is for SQLite files; PostgreSQL's autovacuum reuses the space",
-                markup=False,
-            )
-            return
-        from adseg.store.engine import vacuum_sqlite
-
-        before, after, blocked = vacuum_sqlite(engine)
+    if vacuum and (dry_run or engine.dialect.name != "sqlite"):
+        why = "a dry run changes nothing" if dry_run else "PostgreSQL's autovacuum reuses the space"
+        err.print(f"note: --vacuum not run: {why}", markup=False)
+    elif isinstance(shrunk, str):  # the runs are removed all the same: not a failed command
+        err.print(
+            f"warning: the runs are removed, but VACUUM failed: {shrunk}; `adseg db prune "
+            f"--keep {keep} --vacuum` tries again",
+            markup=False,
+        )
+    elif shrunk is not None:
+        before, after, blocked = shrunk
         if not quiet:
             out.print(f"vacuumed: {before / 2**20:,.1f} MiB -> {after / 2**20:,.1f} MiB on disk")
         if blocked:

@@ -322,9 +322,8 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
     n = labels.shape[0]
     if requested is not None:
         _check_n_segments(requested, n)
-        distinct, notes = count_label_groups(labels)
+        distinct, noted = count_label_groups(labels)
         if requested > distinct:
-            noted = f" ({'; '.join(notes)})" if notes else ""
             raise ValueError(
                 f"--segments {requested} is more than the base clusterings can tell apart: the "
                 f"{n} advertisers fall in {distinct} group{'s' if distinct != 1 else ''} with "
@@ -922,10 +921,11 @@ def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
     unchanged) go into the run's parameters, and the command's time into its timings as
     ``"adseg <stage>": {"total": seconds, **details}`` (the latest such command; the timings of
     the run's own stages are kept)."""
-    run = store.get_run(engine, run_id)
-    if run["status"] != "completed":
-        raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
     with _nightly_lock(engine):
+        # read under the lock: a `db prune` between a read and the lock deleted the run (review)
+        run = store.get_run(engine, run_id)
+        if run["status"] != "completed":
+            raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
         t0 = time.perf_counter()
         out, parameters, details = work(run)
         timings = dict(run["timings"])
@@ -958,14 +958,31 @@ def _nightly_lock(engine: Engine):
             )
 
 
-def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> store.Pruned:
+def prune_runs(
+    engine: Engine, keep: int, *, dry_run: bool = False, vacuum: bool = False
+) -> tuple[store.Pruned, tuple[int, int, bool] | str | None]:
     """Delete the runs older than the ``keep`` newest reportable ones, with their results
     (:func:`adseg.store.results.prune_runs`), under the nightly lock so that no run being made
-    or remade is touched. ``dry_run`` counts without the lock and deletes nothing."""
+    or remade is touched; with ``vacuum``, then shrink a SQLite file under the same lock (a
+    nightly starting meanwhile would wait beyond its busy timeout for the VACUUM's write lock).
+    Returns (what was pruned, the VACUUM's (bytes before, after, blocked by a reader), or its
+    error text — the prune is committed by then, so a failed VACUUM is no failed prune — or
+    None when not asked or not SQLite). ``dry_run`` counts without the lock, deletes nothing."""
     if dry_run:
-        return store.prune_runs(engine, keep, dry_run=True)
+        return store.prune_runs(engine, keep, dry_run=True), None
+    from sqlalchemy.exc import DatabaseError
+
+    from adseg.store.engine import vacuum_sqlite
+
     with _nightly_lock(engine):
-        return store.prune_runs(engine, keep)
+        pruned = store.prune_runs(engine, keep)
+        shrunk: tuple[int, int, bool] | str | None = None
+        if vacuum and engine.dialect.name == "sqlite":
+            try:
+                shrunk = vacuum_sqlite(engine)
+            except DatabaseError as exc:  # SQLite's own words ("database is locked")
+                shrunk = str(exc.orig or exc).strip().splitlines()[0]
+        return pruned, shrunk
 
 
 def _run_windows(run: dict) -> Windows:

@@ -35,7 +35,7 @@ PG = "postgresql+psycopg"
             f"{PG}://u:s3c@retPW@h/db?application_name=me@x&sslpassword=s3cretPW",
             f"{PG}://***@h/db?application_name=me@x&sslpassword=***",
         ),
-        # a port that is not a number: make_url fails, the text is masked as typed
+        # a port that is not a number: masked as typed, as every URL is
         (f"{PG}://u:s3cretPW@h:abc/db", f"{PG}://u:***@h:abc/db"),
         ("sqlite:///adseg.db", "sqlite:///adseg.db"),
         # the rest as typed: a database name's %2F is not decoded, non-ASCII not encoded

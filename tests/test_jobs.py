@@ -248,23 +248,30 @@ def test_a_home_that_cannot_hold_the_log_is_a_configuration_error(job_env):
 
 def test_the_job_prunes_old_runs_after_a_completed_run_when_asked(job_env):
     """ADSEG_KEEP_RUNS=N: after a completed run the job deletes the runs older than the N
-    newest completed ones (`adseg db prune`); a failed night deletes nothing."""
+    newest reportable ones (`adseg db prune`); a night whose run fails (its row written, exit
+    1) deletes nothing. (The first version of this test made its 'failed' night fail before any
+    run row, with one run to keep: it passed on a script that pruned unconditionally, review.)"""
     from adseg.store import results as store
     from adseg.store.engine import make_engine
 
     env, home = job_env
-    env["ADSEG_KEEP_RUNS"] = "1"
     engine = make_engine(env["ADSEG_DATABASE_URL"])
+    for _ in range(2):  # two completed nights, nothing pruned
+        assert _run(env, "--fuser", "l2", "--supply", "actual").returncode == 0
+    first, second = sorted(store.list_runs(engine)["run_id"].tolist())
+    env["ADSEG_KEEP_RUNS"] = "1"
+    # 60 advertisers fall in fewer than 60 groups: the run fails after its row is written
+    failed = _run(env, "--fuser", "l2", "--segments", "60")
+    assert failed.returncode == 1
+    runs = store.list_runs(engine)
+    assert runs["status"].tolist() == ["failed", "completed", "completed"]
     assert _run(env, "--fuser", "l2", "--supply", "actual").returncode == 0
-    [first] = store.list_runs(engine)["run_id"].tolist()
-    failed = _run(env, "--fuser", "l2", "--segments", "100000")  # more segments than advertisers
-    assert failed.returncode == 2
-    assert store.list_runs(engine)["run_id"].tolist() == [first]
-    assert _run(env, "--fuser", "l2", "--supply", "actual").returncode == 0
-    [second] = store.list_runs(engine)["run_id"].tolist()
-    assert second > first
+    latest = int(store.list_runs(engine)["run_id"].iloc[0])
+    assert store.list_runs(engine)["run_id"].tolist() == [latest]
     logs = sorted((home / "logs").glob("nightly-*.log"))
-    assert f"removed 1 run (run {first}: 1 completed)" in logs[-1].read_text(encoding="utf-8")
+    assert f"removed 3 runs (runs {first}–{latest - 1}: 2 completed, 1 failed)" in logs[
+        -1
+    ].read_text(encoding="utf-8")
     engine.dispose()
 
 

@@ -149,18 +149,18 @@ def check_distinct_rows(labels: np.ndarray, n_clusters: int, weights=None) -> No
     """
     if n_clusters <= 1:
         return
-    distinct, notes = count_label_groups(labels, weights)
+    distinct, noted = count_label_groups(labels, weights)
     if n_clusters > distinct:
-        noted = f" ({'; '.join(notes)})" if notes else ""
         raise ValueError(
             f"n_clusters={n_clusters} exceeds the {distinct} distinct label rows{noted}: items "
             "with identical base labels cannot be told apart."
         )
 
 
-def count_label_groups(labels: np.ndarray, weights=None) -> tuple[int, list[str]]:
-    """(g, notes): the number of distinct label rows (-1 counts as a value) of the items some
-    clustering of positive weight labels, and what was left out, in words.
+def count_label_groups(labels: np.ndarray, weights=None) -> tuple[int, str]:
+    """(g, noted): the number of distinct label rows (-1 counts as a value) of the items some
+    clustering of positive weight labels, and what was left out, in words (" (…; …)", or "" when
+    nothing was), to append to a message.
 
     A clustering of weight 0 (a fuser's ``weights``) tells no items apart, so it is left out of
     the rows: counted, it let rcc and l2 split items identical in every weighted clustering by
@@ -179,7 +179,8 @@ def count_label_groups(labels: np.ndarray, weights=None) -> tuple[int, list[str]
     if unlabelled.any():
         labels = labels[~unlabelled]
         notes.append(f"{int(unlabelled.sum())} item(s) labelled in no clustering not counted")
-    return (np.unique(labels, axis=0).shape[0] if len(labels) else 0), notes
+    noted = f" ({'; '.join(notes)})" if notes else ""
+    return (np.unique(labels, axis=0).shape[0] if len(labels) else 0), noted
 
 
 def average_linkage_cut(distances: np.ndarray, n_clusters: int) -> np.ndarray:

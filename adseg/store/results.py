@@ -180,10 +180,9 @@ def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
     SQLite keeps the file's size and reuses the freed pages for later runs (VACUUM shrinks it)."""
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the latest reportable run stays), not {keep}.")
-    scored = select(Metric.run_id).where(Metric.run_id == Run.run_id).exists()
     newest_reportable = (
         select(Run.run_id)
-        .where(Run.status == "completed", scored)
+        .where(Run.status == "completed", _has_forecasts())
         .order_by(Run.run_id.desc())
         .limit(keep)
         .subquery()
@@ -245,13 +244,20 @@ def latest_completed_run(
     if kind:
         stmt = stmt.where(Run.kind == kind)
     if with_forecasts:
-        stmt = stmt.where(select(Metric.run_id).where(Metric.run_id == Run.run_id).exists())
+        stmt = stmt.where(_has_forecasts())
     with engine.connect() as conn:
         run_id = conn.scalar(stmt.order_by(Run.run_id.desc()).limit(1))
     if run_id is None:
         what = "completed run with forecasts" if with_forecasts else "completed run"
         raise RunNotFoundError(f"no {what} in the database yet (run `adseg nightly`).")
     return run_id
+
+
+def _has_forecasts():
+    """The condition that a run has scored forecasts: what a report is about. One definition for
+    :func:`latest_completed_run` and :func:`prune_runs`, which must never delete the run a
+    report picks."""
+    return select(Metric.run_id).where(Metric.run_id == Run.run_id).exists()
 
 
 def list_runs(engine: Engine, limit: int = 20) -> pd.DataFrame:
