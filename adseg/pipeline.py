@@ -36,6 +36,7 @@ from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import (
     STOP_SIGNALS,
     TERMINATING,
+    Terminated,
     check_pending,
     error_text,
     first_line,
@@ -713,6 +714,8 @@ def _locked_run(
         if run_id is not None:
             exc.failed_run_id = run_id  # the CLI: exit 1, "run N failed", not "bad input"
             message = error_text(exc)
+            if stage := getattr(exc, "stage", None):  # a stop: where it landed
+                message += f" (during stage {stage})"
             log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())
             _free_frames(exc)
@@ -800,7 +803,13 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
     if progress:
         progress(stage)
     t0 = time.perf_counter()
-    yield
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated) as exc:
+        # a stop's text says nothing of where it landed: the run's row names the stage (QA)
+        if not hasattr(exc, "stage"):
+            exc.stage = stage
+        raise
     check_pending()
     timings[stage] = round(time.perf_counter() - t0, 3)
     log.info("stage %s: %.1f s", stage, timings[stage])

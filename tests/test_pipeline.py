@@ -1188,7 +1188,8 @@ def test_sigterm_during_a_run_marks_it_failed_and_releases_the_lock(
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
     runs = store.list_runs(loaded)
     assert list(runs["status"]) == ["failed"]
-    assert runs["error"].iloc[0] == "terminated by SIGTERM"
+    # the stage it landed in: the text alone said nothing of where (QA)
+    assert runs["error"].iloc[0] == "terminated by SIGTERM (during stage views)"
     assert store.lock_holder(loaded) is None
     assert store.read_segments(loaded, int(runs["run_id"].iloc[0])) == {}
     monkeypatch.setattr(pipeline, "build_views", real_views)
@@ -1726,7 +1727,7 @@ def test_a_stop_inside_sqlalchemy_after_an_insert_still_marks_the_run_failed(
     run_id = raised.value.failed_run_id
     run = store.get_run(loaded, run_id)
     assert run["status"] == "failed"
-    assert run["error"] == "interrupted by SIGINT (Ctrl-C)"
+    assert run["error"] == "interrupted by SIGINT (Ctrl-C) (during stage forecast)"
     assert store.lock_holder(loaded) is None
     with loaded.connect() as conn:
         for table in ("segments", "segment_cdfs", "forecasts", "metrics"):
