@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,7 +146,11 @@ def test_nightly_job_stopped_by_sigterm_fails_its_run_and_frees_the_lock(
     text = log.read_text(encoding="utf-8")
     assert text.rstrip().splitlines()[-1].endswith(f"nightly end rc={code}"), text
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", error)]
+        [(status, message)] = conn.execute("SELECT status, error FROM runs").fetchall()
+        # the stage the stop landed in depends on timing (none yet, pull or views)
+        assert status == "failed" and re.fullmatch(
+            rf"{re.escape(error)}( \(during stage (pull|views)\))?", message
+        ), message
         assert conn.execute("SELECT count(*) FROM run_locks").fetchone() == (0,)
 
 
