@@ -694,10 +694,9 @@ def ingest(
         table.add_row(t.table, f"{t.rows:,}", f"{t.inserted:,}", f"{t.updated:,}")
     out.print(table)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else float("inf")
-    rows = "row" if summary.rows == 1 else "rows"
     # both parts: the write's rate alone read as the command's (QA: 37.5 s of 48 s)
     out.print(
-        f"{summary.rows:,} {rows} read and validated in {read_seconds:.2f} s, written in "
+        f"{_counted(summary.rows, 'row')} read and validated in {read_seconds:.2f} s, written in "
         f"{summary.seconds:.2f} s ({rate:,.0f} rows/s)"
     )
 
@@ -788,7 +787,11 @@ def sample_generate(
             days=days,
             # the nightly's default windows split the data's days in half (train first)
             train_days=train_days if train_days is not None else (days + 1) // 2,
-            n_segments=segments if segments is not None else min(40, max(advertisers, 1)),
+            n_segments=(
+                segments
+                if segments is not None
+                else min(MarketplaceConfig.n_segments, max(advertisers, 1))
+            ),
             seed=seed,
         )
     except ValueError as exc:  # name the command's options, not the config's fields

@@ -990,7 +990,7 @@ def prune_runs(
             try:
                 shrunk = vacuum_sqlite(engine)
             except DatabaseError as exc:  # SQLite's own words ("database is locked")
-                shrunk = str(exc.orig or exc).strip().splitlines()[0]
+                shrunk = first_line(str(exc.orig or exc))
         return pruned, shrunk
 
 
