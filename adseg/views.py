@@ -40,8 +40,9 @@ Memory: per KS view (n_v = advertisers with enough samples), about 5 n_v × n_v 
 peak: the distance matrix, the adjacency of one α and the normalised cut's 3 (tracemalloc,
 2026-11-24: 5.0 at n_v = 2,000; n_v = 5,000 → 200 MB each, about 1 GB). Time: the KS
 matrix (see adseg.landscape) plus, per α, the Bethe Hessian's dense LDLᵀ factorisation that
-counts the clusters (O(n_v³/3): about 100 s at n_v = 7,600, 90 % of the stage at 10,000
-advertisers, benchmarks/results/nightly_10000.md), a partial eigendecomposition (LAPACK subset
+counts the clusters (O(n_v³/3), LAPACK's blocked code: about 5 s at n_v = 8,000; 79 s for the
+whole stage at 10,000 advertisers, benchmarks/results/nightly_10000.md), a partial
+eigendecomposition (LAPACK subset
 solver up to n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
 """
 
@@ -346,9 +347,11 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     """Number of negative eigenvalues of the Bethe Hessian H(r) = (r² − 1) I − r A + D of a graph
     (self-loops of A ignored), r = sqrt(<d²>/<d> − 1): the estimate of the number of communities of
     Saade, Krzakala & Zdeborová (NeurIPS 2014), degree-corrected choice of r. Counted by Sylvester
-    inertia of an LDLᵀ factorisation (O(n³/3)), not by an eigendecomposition. Memory: one n×n
-    array (H, factorised in place by LAPACK's dsytrf; scipy.linalg.ldl would add a dense n×n D
-    and copies: 4 n×n arrays measured). A graph without edges has n communities."""
+    inertia of an LDLᵀ factorisation (O(n³/3), LAPACK's blocked code: about 5 s at n = 8,000
+    on one core, benchmarks/results/bethe_hessian_lwork.md), not by an eigendecomposition.
+    Memory: one n×n array (H, factorised in place by LAPACK's dsytrf; scipy.linalg.ldl would add
+    a dense n×n D and copies: 4 n×n arrays measured) plus dsytrf's workspace of 64 n floats. A
+    graph without edges has n communities."""
     n = adjacency.shape[0]
     degree = adjacency.sum(axis=1) - np.diag(adjacency)  # self-loops are not edges here
     if degree.sum() == 0:
@@ -358,8 +361,16 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     h = adjacency * (-r)
     h[np.diag_indices(n)] = r * r - 1.0 + degree
     # h is symmetric, so its transpose view is the Fortran-ordered matrix LAPACK factorises in
-    # place (no copy); D of H = L D Lᵀ sits on the diagonal and, for 2×2 blocks, the subdiagonal
-    ldu, ipiv, info = scipy.linalg.lapack.dsytrf(h.T, lower=1, overwrite_a=1)
+    # place (no copy); D of H = L D Lᵀ sits on the diagonal and, for 2×2 blocks, the subdiagonal.
+    # The wrapper's default workspace (n) makes dsytrf fall back to its unblocked, matrix-vector
+    # code: the queried size (block size × n) runs it on matrix products, 10× faster at n = 4,000
+    # (benchmarks/results/bethe_hessian_lwork.md)
+    lwork, info = scipy.linalg.lapack.dsytrf_lwork(n, lower=1)
+    if info != 0:  # pragma: no cover - an argument error, not a property of the graph
+        raise RuntimeError(f"LAPACK dsytrf workspace query: info = {info}")
+    ldu, ipiv, info = scipy.linalg.lapack.dsytrf(
+        h.T, lower=1, lwork=max(int(lwork), n), overwrite_a=1
+    )
     if info < 0:  # pragma: no cover - an argument error, not a property of the graph
         raise RuntimeError(f"LAPACK dsytrf: argument {-info} is invalid")
     diagonal = np.diag(ldu).copy()
