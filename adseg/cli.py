@@ -40,6 +40,36 @@ EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, the database server cannot 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
 
+
+def _conventional_help() -> None:
+    """Typer's help (0.2x) prints a type beside every option: '<bool>' beside a flag, as if it
+    took a value, and a run id's full range '[1<=x<=9223372036854775807]' (the databases' BIGINT,
+    which nobody reaches). Here a flag shows no type and a bound at that limit is left out of the
+    help; parsing and validation stay Typer's (the bound is still enforced). A Typer without
+    these hooks keeps its own help."""
+    import typer.core
+
+    option = getattr(typer.core, "TyperOption", None)
+    type_of = getattr(option, "display_type_rich", None)
+    range_of = getattr(option, "_get_number_range_help_str", None)
+    describe = getattr(typer.core, "describe_number_range", None)
+    if type_of is not None:
+
+        def display_type_rich(self, ctx):
+            return None if getattr(self, "is_bool_flag", False) else type_of(self, ctx)
+
+        option.display_type_rich = display_type_rich
+    if range_of is not None and describe is not None:
+
+        def number_range_help(self):
+            upper = getattr(self, "max", None)
+            if upper is not None and upper >= RUN_ID["max"]:
+                return describe(self.min, None)
+            return range_of(self)
+
+        option._get_number_range_help_str = number_range_help
+
+
 app = typer.Typer(
     help="adseg: segment advertisers by robust consensus clustering and forecast their delivery.",
     no_args_is_help=True,
@@ -83,6 +113,7 @@ MinSamples = Annotated[
     typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
 ]
 RUN_ID = {"min": 1, "max": 2**63 - 1}  # the databases' BIGINT range (larger cannot be bound)
+_conventional_help()
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written
 Seed = Annotated[int, typer.Option(help="Seed of every random step.", min=0, max=2**32 - 1)]
 Supply = Annotated[
@@ -405,7 +436,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 @db_app.command("upgrade")
 @handle_errors
 def db_upgrade(
-    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    revision: Annotated[str, typer.Argument(help="Target revision.", metavar="REVISION")] = "head",
     no_create: Annotated[
         bool,
         typer.Option(
@@ -670,7 +701,10 @@ def print_counts(counts: dict[str, int], date_range) -> None:
 def ingest(
     directory: Annotated[
         Path,
-        typer.Argument(help="Folder with advertisers/auctions/delivery .csv, .csv.gz or .parquet"),
+        typer.Argument(
+            help="Folder with advertisers/auctions/delivery .csv, .csv.gz or .parquet",
+            metavar="DIRECTORY",
+        ),
     ],
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,

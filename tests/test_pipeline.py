@@ -1120,6 +1120,38 @@ def test_help_reflows_paragraphs_and_lists_every_exit_code():
     assert "database server cannot be reached" in text and "129" in text and "141" in text
 
 
+def _command_paths(group, prefix=()):
+    """Every command's and subgroup's argv prefix (("nightly",), ("db",), ("db", "prune"), …)
+    under a Typer group, the group itself included (())."""
+    import typer.main
+
+    click_group = typer.main.get_command(group)
+
+    def walk(command, path):
+        yield path
+        subcommands = getattr(command, "commands", None) or {}
+        for name, sub in subcommands.items():
+            yield from walk(sub, (*path, name))
+
+    return list(walk(click_group, prefix))
+
+
+def test_help_shows_no_value_beside_a_flag_nor_the_bigint_limit():
+    """Typer 0.29 printed '--quiet <bool>' (as if the flag took a value) and a run id's range as
+    '[1<=x<=9223372036854775807]' on every command; the limit is still enforced."""
+    paths = _command_paths(app)
+    assert {(), ("nightly",), ("db",), ("db", "prune")} <= set(paths) and len(paths) > 15
+    for path in paths:
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "--help" in res.output and "<bool>" not in res.output, (path, res.output)
+        assert "9223372036854775807" not in res.output, (path, res.output)
+    res = runner.invoke(app, ["runs", "--help"], env={"COLUMNS": "200"})
+    assert "[x>=1]" in res.output  # the lower bound is still shown
+    res = runner.invoke(app, ["report", "--run", str(2**63)])
+    assert res.exit_code == 2 and "'--run'" in res.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
