@@ -139,6 +139,25 @@ def test_lanczos_eigenvectors_are_the_same_every_run():
     np.testing.assert_allclose(first[0], dense, rtol=1e-8)
 
 
+@pytest.mark.parametrize("n", [300, 2100])
+def test_top_eigenvectors_take_a_sparse_matrix(n):
+    """A scipy sparse matrix gives the dense matrix's eigenpairs: densified for LAPACK below
+    LANCZOS_MIN_N, multiplied as it is by Lanczos above (the views' sparse N)."""
+    import scipy.sparse as sp
+
+    from adseg.consensus import co_association, top_eigenvectors
+    from adseg.consensus._base import LANCZOS_MIN_N
+
+    assert (n < LANCZOS_MIN_N) == (n == 300)
+    rng = np.random.default_rng(1)
+    matrix = co_association(rng.integers(0, 8, size=(n, 6)))
+    values, vectors = top_eigenvectors(sp.csr_matrix(matrix), 5)
+    expected_values, expected_vectors = top_eigenvectors(matrix, 5)
+    np.testing.assert_allclose(values, expected_values, rtol=1e-10)
+    # the same subspace (signs are fixed by the function, so the vectors themselves agree)
+    np.testing.assert_allclose(vectors, expected_vectors, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     "labels",
     [np.array([[2**63 + 5], [1]], dtype=np.uint64), np.array([[1e20], [1.0]])],

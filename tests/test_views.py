@@ -341,6 +341,28 @@ def test_simulated_marketplace_views_beat_chance():
     assert ari(y[ok], auto.labels[ok, 5]) > 0.1
 
 
+def test_normalized_cut_on_a_sparse_n_finds_what_the_dense_n_finds(monkeypatch):
+    """Above LANCZOS_MIN_N nodes, a graph linking few pairs is cut through a sparse N (Lanczos
+    products read its nonzeros only): the same clusters as through the dense N, here the
+    planted ones."""
+    import adseg.views as views
+
+    rng = np.random.default_rng(3)
+    n = views.LANCZOS_MIN_N + 99
+    group = rng.integers(0, 6, n)
+    p = np.where(group[:, None] == group[None, :], 0.3, 0.01)
+    a = np.triu((rng.random((n, n)) < p).astype(float), 1)
+    a += a.T
+    assert np.count_nonzero(a) <= views.SPARSE_MAX_DENSITY * n * n  # the sparse path runs
+    sparse_fit = NormalizedCutClustering(random_state=0).fit(a)
+    monkeypatch.setattr(views, "SPARSE_MAX_DENSITY", 0.0)  # the dense path
+    dense_fit = NormalizedCutClustering(random_state=0).fit(a)
+    np.testing.assert_allclose(sparse_fit.eigenvalues_, dense_fit.eigenvalues_, rtol=1e-10)
+    assert sparse_fit.n_clusters_ == dense_fit.n_clusters_ == 6
+    assert ari(sparse_fit.labels_, dense_fit.labels_) == 1.0
+    assert ari(group, sparse_fit.labels_) == 1.0
+
+
 def test_bethe_hessian_count_equals_the_negative_eigenvalues_of_h():
     """The inertia from LAPACK's in-place LDLᵀ (one n×n array; scipy.linalg.ldl held four)
     equals a full eigendecomposition's count, 2×2 pivot blocks included."""

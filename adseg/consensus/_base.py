@@ -397,13 +397,19 @@ def assign_labels(
     raise ValueError(f"method must be 'kmeans' or 'cluster_qr'; got {method!r}.")
 
 
-def top_eigenvectors(
-    matrix: np.ndarray, k: int, *, v0: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest (algebraic) eigenpairs of a dense symmetric matrix, largest first.
+LANCZOS_MIN_N = 2001  # from this size on, top_eigenvectors uses Lanczos, not LAPACK's eigh
 
+
+def top_eigenvectors(
+    matrix, k: int, *, v0: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest (algebraic) eigenpairs of a symmetric matrix, largest first.
+
+    ``matrix`` : (n, n) dense array, or scipy sparse (densified only below LANCZOS_MIN_N).
     Returns (values (k,), vectors (n, k)). Uses LAPACK's subset solver (O(n² k) after an O(n³/3)
-    tridiagonalisation) for n ≤ 2,000, and Lanczos (ARPACK, warm-started from v0 when given) above.
+    tridiagonalisation) for n < LANCZOS_MIN_N = 2,001, and Lanczos (ARPACK, warm-started from v0
+    when given) above: one matrix-vector product per step, which reads a dense matrix whole
+    (n² floats) and a sparse one's nonzeros only.
     Signs are made deterministic (largest-magnitude entry of each vector positive), and so is
     Lanczos's start without v0 (a fixed-seed vector, not ARPACK's own random one: the nightly's
     fused segments must not change from one run to the next on the same data and seed).
@@ -413,8 +419,9 @@ def top_eigenvectors(
 
     n = matrix.shape[0]
     k = min(k, n)
-    if n <= 2000 or k >= n - 1:
-        vals, vecs = sla.eigh(matrix, subset_by_index=(n - k, n - 1), driver="evr")
+    if n < LANCZOS_MIN_N or k >= n - 1:
+        dense = matrix.toarray() if sp.issparse(matrix) else matrix
+        vals, vecs = sla.eigh(dense, subset_by_index=(n - k, n - 1), driver="evr")
     else:
         start = None if v0 is None else np.asarray(v0).sum(axis=1)
         if start is None or not np.any(start):
