@@ -55,17 +55,18 @@ def _conventional_help() -> None:
     describe = getattr(typer.core, "describe_number_range", None)
     if type_of is not None:
 
-        def display_type_rich(self, ctx):
-            return None if getattr(self, "is_bool_flag", False) else type_of(self, ctx)
+        def display_type_rich(self, *args, **kwargs):
+            if getattr(self, "is_bool_flag", False):
+                return None
+            return type_of(self, *args, **kwargs)
 
         option.display_type_rich = display_type_rich
     if range_of is not None and describe is not None:
 
-        def number_range_help(self):
-            upper = getattr(self, "max", None)
-            if upper is not None and upper >= RUN_ID["max"]:
+        def number_range_help(self, *args, **kwargs):
+            if getattr(self, "max", None) == RUN_ID["max"]:
                 return describe(self.min, None)
-            return range_of(self)
+            return range_of(self, *args, **kwargs)
 
         option._get_number_range_help_str = number_range_help
 

@@ -36,14 +36,16 @@ default "bethe_hessian"; a fixed ``n_clusters`` is the other option. The paper's
 splits more); the spec's S_ij = 1[dist ≤ C_α] is kept as written
 (benchmarks/results/ks_timing.md has the numbers).
 
-Memory: per KS view (n_v = advertisers with enough samples), about 5 n_v × n_v float64 arrays at
-peak: the distance matrix, the adjacency of one α and the normalised cut's 3 (tracemalloc,
-2026-11-24: 5.0 at n_v = 2,000; n_v = 5,000 → 200 MB each, about 1 GB). Time: the KS
+Memory: per KS view (n_v = advertisers with enough samples), the distance matrix and the
+adjacency of one α (two n_v × n_v float64 arrays) plus the normalised cut's peak: up to 3 more
+at n_v ≤ 2,000 (tracemalloc, 2026-11-24: 5.0 in all at n_v = 2,000), about 1.1 above, where the
+Bethe Hessian is the one dense array and Lanczos works on a sparse N (tracemalloc, 2026-11-25:
+1.14 for the cut at n_v = 2,500, 8 % of pairs linked); n_v = 7,600 → 460 MB each. Time: the KS
 matrix (see adseg.landscape) plus, per α, the Bethe Hessian's dense LDLᵀ factorisation that
-counts the clusters (O(n_v³/3), LAPACK's blocked code: about 5 s at n_v = 8,000; 79 s for the
-whole stage at 10,000 advertisers, benchmarks/results/nightly_10000.md), a partial
-eigendecomposition (LAPACK subset
-solver up to n_v = 2,000, Lanczos above) and k-means on an n_v × k embedding.
+counts the clusters (O(n_v³/3), LAPACK's blocked code: about 5 s at n_v = 8,000), a partial
+eigendecomposition (LAPACK subset solver up to n_v = 2,000, Lanczos on a sparse N above) and
+k-means on an n_v × k embedding: 66 s for the whole stage at 10,000 advertisers
+(benchmarks/results/nightly_10000.md).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import pandas as pd
 import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import LinearOperator
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
@@ -242,7 +245,8 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     about 3 n×n float64 arrays at peak up to n = 2,000 — the normalised copy, the Bethe Hessian
     factorised in place, the eigensolver's work copy (tracemalloc, 2026-11-24: 3.0 at n = 2,000);
     above, with a sparse N, one n×n (the Bethe Hessian) and two CSR copies of the graph (12 bytes
-    per link each) — and one n×n more, the linked nodes' subgraph, when some nodes are isolated.
+    per link each; tracemalloc, 2026-11-25: 1.14 n×n in all at n = 2,500, 8 % linked) — and one
+    n×n more, the linked nodes' subgraph, when some nodes are isolated.
     """
 
     def __init__(
@@ -299,8 +303,6 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     def _cut(self, a: np.ndarray, k_min: int, k_max: int) -> np.ndarray:
         """Normalised cut of a graph in which every node has an edge (self-loops allowed)."""
         n = a.shape[0]
-        links = sp.csr_matrix(a)
-        n_parts = int(connected_components(links, directed=False)[0])
         k_hi = min(k_max, n - 1)
         k_lo = min(k_min, k_hi)
         if self.n_clusters is not None:
@@ -312,6 +314,9 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
             candidates = np.unique(np.round(np.geomspace(k_lo, k_hi, 16)).astype(int)).tolist()
         else:
             candidates = None  # eigengap: needs the spectrum first
+        # after the Bethe Hessian (its n×n array and this CSR copy are not held together)
+        links = sp.csr_matrix(a)
+        n_parts, parts = connected_components(links, directed=False)
         if candidates is not None and self.n_clusters is None:
             # separate components are separate clusters whenever the range allows it
             candidates = sorted({max(k, min(n_parts, k_hi)) for k in candidates})
@@ -319,8 +324,14 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         # with more components than clusters, eigenvalue 1 is degenerate: embed in all of its
         # eigenspace so that k-means keeps each component whole
         n_vectors = min(n, max(k_top, n_parts) + 1)
-        values, vectors = top_eigenvectors(_normalized_affinity(a, links), n_vectors)
+        degree = a.sum(axis=1)
+        normalized = _normalized_affinity(a, links, degree)
         del links
+        if n_parts > 1 and n >= LANCZOS_MIN_N and n_vectors < n - 1:
+            values, vectors = _top_eigenvectors_by_component(normalized, parts, degree, n_vectors)
+        else:
+            values, vectors = top_eigenvectors(normalized, n_vectors)
+        del normalized
         self.eigenvalues_ = values
         if candidates is None:
             candidates = [max(_eigengap(values, k_lo, k_hi), min(n_parts, k_hi))]
@@ -338,20 +349,48 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         return _compact(best_labels)
 
 
-def _normalized_affinity(adjacency: np.ndarray, links: sp.csr_matrix):
-    """N = D^-1/2 A D^-1/2 (D = diag of A's row sums, all > 0), (n, n): sparse CSR (from
-    ``links``, A's CSR copy) when Lanczos will solve it (n ≥ LANCZOS_MIN_N) and at most
-    SPARSE_MAX_DENSITY of the entries are nonzero, else dense. Lanczos multiplies by one vector
-    per step, which streams a dense N whole; CSR streams 12 bytes per nonzero instead of 8 per
-    entry: 3.4× faster products at 10 % density, 1.7× at 25 %, even at 40 % (n = 6,000, one
-    core). The KS graphs link 2–12 % of pairs. Memory: nnz × 12 bytes sparse, one n×n dense."""
+def _normalized_affinity(adjacency: np.ndarray, links: sp.csr_matrix, degree: np.ndarray):
+    """N = D^-1/2 A D^-1/2 (D = diag(degree), A's row sums, all > 0), (n, n): sparse CSR when
+    Lanczos will solve it (n ≥ LANCZOS_MIN_N) and at most SPARSE_MAX_DENSITY of the entries are
+    nonzero — ``links`` (A's CSR copy) scaled in place and returned — else dense. Lanczos
+    multiplies by one vector per step, which streams a dense N whole; CSR streams 12 bytes per
+    nonzero instead of 8 per entry: 3.4× faster products at 10 % density, 1.7× at 25 %, even at
+    40 % (n = 6,000, one core). The KS graphs link 2–12 % of pairs. Both forms compute
+    (a_ij · s_i) · s_j, so they hold the same numbers. Memory: one nnz-long index array besides
+    ``links`` when sparse, one n×n array when dense."""
     n = adjacency.shape[0]
-    scale = 1.0 / np.sqrt(adjacency.sum(axis=1))
+    scale = 1.0 / np.sqrt(degree)
     if n >= LANCZOS_MIN_N and links.nnz <= SPARSE_MAX_DENSITY * n * n:
-        return (sp.diags(scale) @ links @ sp.diags(scale)).tocsr()
+        links.data *= np.repeat(scale, np.diff(links.indptr))
+        links.data *= scale[links.indices]
+        return links
     normalized = adjacency * scale[:, None]
     normalized *= scale[None, :]
     return normalized
+
+
+def _top_eigenvectors_by_component(
+    normalized, parts: np.ndarray, degree: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k top eigenpairs of N = D^-1/2 A D^-1/2 for a graph of several components (labels
+    ``parts``, (n,)), k > their number c. Eigenvalue 1 has one eigenvector per component,
+    sqrt(degree) on it and 0 elsewhere; Lanczos finds only some copies of a repeated eigenvalue
+    (7 of 10 measured at n = 2,200), so the embedding, and the clusters, depended on rounding.
+    Those c vectors are written down exactly; Lanczos finds the other k − c on N − 3 U Uᵀ, whose
+    eigenvalue-1 directions move to −2, below N's spectrum [−1, 1]. Cost: Lanczos on k − c pairs,
+    plus an n × c array U."""
+    n = degree.size
+    n_parts = int(parts.max()) + 1
+    basis = np.zeros((n, n_parts))
+    basis[np.arange(n), parts] = np.sqrt(degree)
+    basis /= np.linalg.norm(basis, axis=0)
+
+    def product(x):
+        return normalized @ x - 3.0 * (basis @ (basis.T @ x))
+
+    deflated = LinearOperator((n, n), matvec=product, matmat=product, dtype=np.float64)
+    values, vectors = top_eigenvectors(deflated, k - n_parts)
+    return np.concatenate([np.ones(n_parts), values]), np.hstack([basis, vectors])
 
 
 def _is_complete(adjacency: np.ndarray, nodes: np.ndarray) -> bool:

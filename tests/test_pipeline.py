@@ -1139,6 +1139,10 @@ def _command_paths(group, prefix=()):
 def test_help_shows_no_value_beside_a_flag_nor_the_bigint_limit():
     """Typer 0.29 printed '--quiet <bool>' (as if the flag took a value) and a run id's range as
     '[1<=x<=9223372036854775807]' on every command; the limit is still enforced."""
+    import typer.core
+
+    if not hasattr(getattr(typer.core, "TyperOption", None), "_get_number_range_help_str"):
+        pytest.skip("a Typer without the help hooks keeps its own help (cli._conventional_help)")
     paths = _command_paths(app)
     assert {(), ("nightly",), ("db",), ("db", "prune")} <= set(paths) and len(paths) > 15
     for path in paths:

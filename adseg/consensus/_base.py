@@ -405,7 +405,8 @@ def top_eigenvectors(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k largest (algebraic) eigenpairs of a symmetric matrix, largest first.
 
-    ``matrix`` : (n, n) dense array, or scipy sparse (densified only below LANCZOS_MIN_N).
+    ``matrix`` : (n, n) dense array, scipy sparse (densified only below LANCZOS_MIN_N), or a
+    scipy LinearOperator (from LANCZOS_MIN_N on, with k < n − 1).
     Returns (values (k,), vectors (n, k)). Uses LAPACK's subset solver (O(n² k) after an O(n³/3)
     tridiagonalisation) for n < LANCZOS_MIN_N = 2,001, and Lanczos (ARPACK, warm-started from v0
     when given) above: one matrix-vector product per step, which reads a dense matrix whole
