@@ -28,7 +28,7 @@ import pandas as pd
 import scipy.linalg
 
 from adseg.bench import machine_summary, recorded_command, write_results
-from adseg.views import _bethe_hessian_count
+from adseg.views import _bethe_hessian, _bethe_hessian_count, _negative_pivots
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -44,24 +44,10 @@ def planted_graph(n: int, rng: np.random.Generator, n_groups: int = 40) -> np.nd
 
 
 def default_workspace_count(adjacency: np.ndarray) -> int:
-    """The count as _bethe_hessian_count computed it before 2026-11-25 (lwork = n, the wrapper's
-    default); the 2×2 blocks handled the same way."""
-    n = adjacency.shape[0]
-    degree = adjacency.sum(axis=1) - np.diag(adjacency)
-    r = np.sqrt(max((degree**2).mean() / degree.mean() - 1.0, 1.0 + 1e-6))
-    h = adjacency * (-r)
-    h[np.diag_indices(n)] = r * r - 1.0 + degree
-    ldu, ipiv, _ = scipy.linalg.lapack.dsytrf(h.T, lower=1, overwrite_a=1)
-    off = np.zeros(max(n - 1, 0))
-    k = 0
-    while k < n:
-        if ipiv[k] > 0:
-            k += 1
-        else:
-            off[k] = ldu[k + 1, k]
-            k += 2
-    values = scipy.linalg.eigvalsh_tridiagonal(np.diag(ldu).copy(), off)
-    return int((values < 0).sum())
+    """The count as _bethe_hessian_count computed it before 2026-11-25: dsytrf at the wrapper's
+    default workspace (lwork = n)."""
+    ldu, ipiv, _ = scipy.linalg.lapack.dsytrf(_bethe_hessian(adjacency).T, lower=1, overwrite_a=1)
+    return _negative_pivots(ldu, ipiv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,11 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         t_new = time.perf_counter() - t0
         exact = None
         if n <= 2000:
-            degree = a.sum(axis=1)
-            r = np.sqrt(max((degree**2).mean() / degree.mean() - 1.0, 1.0 + 1e-6))
-            h = -r * a
-            h[np.diag_indices(n)] = r * r - 1.0 + degree
-            exact = int((np.linalg.eigvalsh(h) < 0).sum())
+            exact = int((np.linalg.eigvalsh(_bethe_hessian(a)) < 0).sum())
         rows.append(
             {
                 "n": n,

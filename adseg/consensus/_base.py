@@ -400,6 +400,12 @@ def assign_labels(
 LANCZOS_MIN_N = 2001  # from this size on, top_eigenvectors uses Lanczos, not LAPACK's eigh
 
 
+def lanczos_solves(n: int, k: int) -> bool:
+    """Whether :func:`top_eigenvectors` finds k eigenpairs of an n×n matrix by Lanczos (else by
+    LAPACK's dense eigh, which needs the dense matrix)."""
+    return n >= LANCZOS_MIN_N and min(k, n) < n - 1
+
+
 def top_eigenvectors(
     matrix, k: int, *, v0: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -420,7 +426,7 @@ def top_eigenvectors(
 
     n = matrix.shape[0]
     k = min(k, n)
-    if n < LANCZOS_MIN_N or k >= n - 1:
+    if not lanczos_solves(n, k):
         dense = matrix.toarray() if sp.issparse(matrix) else matrix
         vals, vecs = sla.eigh(dense, subset_by_index=(n - k, n - 1), driver="evr")
     else:
