@@ -3,11 +3,12 @@
 rcc's (H, D)-step solves the top-K eigenpairs of B only to an absolute residual tolerance,
 λ₁ · min(cap, max(1e-3 tol, 0.1 · change)): loose while B still moves, 1000× below the ADMM's tol
 at the end. Early in the ADMM the cap binds, and most of the eigen-work of a large fit is spent
-there (warm-started subspace iteration: 20–30 products B Q per iteration in the first 25
-iterations, 2 afterwards). The ADMM is non-convex, so any change of the eigen-steps' accuracy —
-or of the random guard vectors, i.e. the seed — lands it on a nearby fixed point; this benchmark
-asks whether a larger cap lands it on *worse* ones, measured against the spread the seed alone
-gives.
+there (with the power-step tracker before 2026-11-25: 20–30 products B Q per iteration in the
+first 25 iterations, 2 afterwards; with the residual-direction tracker that replaced it, 3–6
+full-width products' worth, then 1.5). The ADMM is non-convex, so any change of the
+eigen-steps' accuracy — or of the random guard vectors, i.e. the seed — lands it on a nearby
+fixed point; this benchmark asks whether a larger cap lands it on *worse* ones, measured
+against the spread the seed alone gives.
 
 Per cap and seed: RCC(n_clusters=K, random_state=seed) on the nightly's base clusterings of a
 generated marketplace (the same views and K as ``adseg nightly``), with ``adseg.consensus.rcc.
@@ -67,21 +68,22 @@ def nightly_views(n_advertisers: int) -> tuple[np.ndarray, int, np.ndarray]:
 
 
 class _CountingTracker(rcc._SubspaceTracker):
-    """The production tracker, counting the products B Q it asks for (class-wide)."""
+    """The production tracker, counting the products B Q it asks for (class-wide), in units of
+    its block's width (a product with half as many columns counts ½)."""
 
-    products = 0
+    products = 0.0
 
-    def top(self, B, tol, max_steps=30):
-        tracker = self
+    def top(self, B, tol, *args):
+        width = self.Q.shape[1]
 
         class Counted:
             shape = B.shape
 
             def __matmul__(self, Q):
-                type(tracker).products += 1
+                _CountingTracker.products += Q.shape[1] / width if Q.ndim == 2 else 0.0
                 return B @ Q
 
-        return super().top(Counted(), tol, max_steps)
+        return super().top(Counted(), tol, *args)
 
 
 def _cpu() -> float:
@@ -100,7 +102,7 @@ def run(
         for seed in seeds:
             for cap in caps:
                 rcc._EIGEN_TOL_CAP = cap
-                _CountingTracker.products = 0
+                _CountingTracker.products = 0.0
                 t0, c0 = time.perf_counter(), _cpu()
                 model = rcc.RCC(n_clusters=n_clusters, random_state=seed).fit(labels)
                 wall, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -113,7 +115,7 @@ def run(
                         seconds=round(wall, 1),
                         cpu_seconds=round(cpu, 1),
                         n_iter=model.n_iter_,
-                        products=_CountingTracker.products,
+                        products=round(_CountingTracker.products, 1),
                         objective=round(float(model.objective_), 2),
                         ari_truth=round(adjusted_rand_score(truth, model.labels_), 4),
                         ari_vs_first_cap=round(adjusted_rand_score(first[seed], model.labels_), 4),

@@ -59,10 +59,11 @@ V connectivity matrices (M̃ comes from the incidence matrix, see ``co_associati
 ``embedding_`` (n×K) and the optional ``error_`` (n×n) are expanded from the cells at the end.
 
 Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
-(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = block subspace
-iteration with Rayleigh–Ritz whose basis (H plus guard vectors) is carried across ADMM
-iterations, stepping until the top-K residual norms are below an adaptive tolerance (usually
-one n×n × n×(K+p) product per ADMM iteration; LOBPCG if it needs more than 30 steps);
+(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = a block eigensolver
+whose basis (H plus guard vectors) is carried across ADMM iterations: Rayleigh–Ritz on the
+basis, then on [basis, its residual directions] until the top-K residual norms are below an
+adaptive tolerance (``_SubspaceTracker``; two n×n × n×(K+p) products per ADMM iteration late in
+the ADMM, 10–25 early; LOBPCG if it needs more than 30 steps);
 "lobpcg" = LOBPCG from the previous H plus random guard vectors, in short rounds until the top-K
 residuals are small (ARPACK from a random start if it does not converge); "arpack" = ``eigsh``
 with v0 from the previous H; "auto" = dense for n ≤ 1,000,
@@ -95,8 +96,9 @@ __all__ = ["RCC", "soft_threshold"]
 
 _ASSIGN_METHODS = ("kmeans", "cluster_qr")
 _SOLVERS = ("auto", "dense", "subspace", "lobpcg", "arpack")
-# Cap on the early eigen-steps' residual tolerance, relative to λ₁ (see ``_fit``); a module
-# constant so that benchmarks/rcc_eigen_tolerance.py can vary it.
+# Cap on the early eigen-steps' residual tolerance, relative to λ₁ (see ``_fit``). Larger caps
+# are faster and land the ADMM on other, equally good fixed points (rcc_eigen_tolerance.md);
+# kept at 1e-4 so that a faster eigensolver is the only change to the iterates' accuracy.
 _EIGEN_TOL_CAP = 1e-4
 _DENSE_MAX_N = 1000  # above this, warm-started subspace iteration beats LAPACK (O(n³))
 _BLOCK_BYTES = 2 * 2**20  # block size of the fused element-wise passes (cache-sized)
@@ -177,16 +179,29 @@ def _top_eigenpairs(
 
 
 class _SubspaceTracker:
-    """Warm-started block subspace iteration with Rayleigh–Ritz, whose basis is carried from one
-    ADMM iteration to the next (successive B differ little, so usually one product B Q per
-    iteration certifies the top k pairs).
+    """Warm-started block eigensolver for the top k pairs, whose basis is carried from one ADMM
+    iteration to the next (successive B differ little, so late in the ADMM one product B Q and
+    one narrower one certify the top k pairs).
 
     Holds Q (n × (k+p)), orthonormal: the previous Ritz vectors, k wanted plus p guards. Per call:
     one guard is replaced by a fresh random vector (so that a direction that becomes dominant
     outside the tracked subspace is caught, see ``_lobpcg_top``), Z = B Q, Rayleigh–Ritz
-    (eigh of QᵀZ), residual norms ||B x − θ x|| of the top k read off Z at no extra cost; if one
-    exceeds ``tol``, a power step Q ← orth(B X) and again. Cost per step: one n×n by n×(k+p)
-    product, O(n² (k+p)) flops, plus O(n (k+p)²). Returns None after ``max_steps`` steps."""
+    (eigh of QᵀZ), residual norms ||B x − θ x|| of the top k read off Z at no extra cost. While
+    some exceed ``tol``: the residuals r = B x − θ x of those u pairs, orthonormalised against
+    X, give P (n × u); one product B P, and Rayleigh–Ritz on span[X, P] keeps the top k+p Ritz
+    pairs as the next X (B X is updated from B X and B P, no further product). Returns None when
+    it has spent ``max_products`` full-width products without certifying them.
+
+    Why residual directions and not a power step X ← orth(B X), the tracker before 2026-11-25:
+    B = M̃ − E − Λ is indefinite, and early in the ADMM its most negative eigenvalues are ~3×
+    larger in magnitude than the K-th largest (the nightly's 5,000-advertiser views: λ_K ≈ 0.2,
+    λ_min ≈ −0.68), so power steps spend the block on the negative end: 20–30 products
+    n×n by n×(k+p) per ADMM iteration there. Rayleigh–Ritz over the residuals (a block Davidson /
+    LOBPCG step without its third block) takes the best combination instead, and the narrower
+    product B P is only as wide as the pairs still to certify: 2–4 full-width products' worth
+    per early ADMM iteration (``benchmarks/results/rcc_eigen_tolerance.md``). Cost per step:
+    O(n² u) for B P plus O(n (k+p+u)²) for the orthogonalisation and the Rayleigh–Ritz.
+    Memory: four n × (k+p+u) blocks."""
 
     def __init__(self, start: np.ndarray, rng: np.random.RandomState):
         n, k = start.shape
@@ -196,23 +211,39 @@ class _SubspaceTracker:
         Q[:, :k] = start
         self.Q = np.linalg.qr(Q)[0]
 
-    def top(self, B: np.ndarray, tol: float, max_steps: int = 30):
+    def top(self, B: np.ndarray, tol: float, max_products: float = 30.0):
         k, Q = self.k, self.Q
+        width = Q.shape[1]
         Q[:, -1] = self.rng.standard_normal(Q.shape[0])
-        Q = np.linalg.qr(Q)[0]
-        Z = B @ Q
-        for _ in range(max_steps):
-            T = Q.T @ Z
+        basis = np.linalg.qr(Q)[0]
+        image = B @ basis
+        spent = 1.0  # products B Q, in units of the block's width
+        while spent <= max_products:
+            T = basis.T @ image
             theta, U = np.linalg.eigh((T + T.T) * 0.5)
-            theta, U = theta[::-1], U[:, ::-1]
-            X, BX = Q @ U, Z @ U
+            theta, U = theta[::-1][:width], U[:, ::-1][:, :width]
+            X, BX = basis @ U, image @ U
             resid = np.linalg.norm(BX[:, :k] - X[:, :k] * theta[None, :k], axis=0)
-            if np.all(np.isfinite(resid)) and resid.max() <= tol:
+            if not np.all(np.isfinite(resid)):
+                return None
+            if resid.max() <= tol:
                 self.Q = X
                 return theta[:k], X[:, :k]
-            Q = np.linalg.qr(BX)[0]
-            Z = B @ Q
+            late = resid > tol  # only the wanted pairs not yet certified get a new direction
+            R = BX[:, :k][:, late] - X[:, :k][:, late] * theta[None, :k][:, late]
+            P = _orthonormal_complement(R, X)
+            basis, image = np.hstack([X, P]), np.hstack([BX, B @ P])
+            spent += P.shape[1] / width
         return None
+
+
+def _orthonormal_complement(R: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of R's columns projected out of span(X) (X orthonormal), projected
+    twice so that the result is orthogonal to X to round-off. O(n m²) for n × m blocks."""
+    for _ in range(2):
+        R = R - X @ (X.T @ R)
+        R = np.linalg.qr(R)[0]
+    return R
 
 
 def _arpack_top(B, k, start, rng, tol):
