@@ -62,8 +62,8 @@ Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``s
 (O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = a block eigensolver
 whose basis (H plus guard vectors) is carried across ADMM iterations: Rayleigh–Ritz on the
 basis, then on [basis, its residual directions] until the top-K residual norms are below an
-adaptive tolerance (``_SubspaceTracker``; two n×n × n×(K+p) products per ADMM iteration late in
-the ADMM, 10–25 early; LOBPCG if it needs more than 30 steps);
+adaptive tolerance (``_SubspaceTracker``; 1.5 n×n × n×(K+p) products' worth per ADMM iteration
+late in the ADMM, 3–6 early; LOBPCG if it needs more than 30);
 "lobpcg" = LOBPCG from the previous H plus random guard vectors, in short rounds until the top-K
 residuals are small (ARPACK from a random start if it does not converge); "arpack" = ``eigsh``
 with v0 from the previous H; "auto" = dense for n ≤ 1,000,
