@@ -314,6 +314,52 @@ def test_two_nightlies_at_once_one_is_refused(loaded, market_dir):
     assert (runs["status"] == "completed").sum() == outcomes.count("ran")
 
 
+def test_a_thread_never_takes_over_the_lock_another_thread_just_took(loaded, monkeypatch):
+    """The moment between a thread's committed lock row and its entry in the process's set of
+    held locks: a second thread that reads the row then must be refused, not judge this
+    process's own live lock stale (same process id, not marked held) and take it over — which
+    failed both runs with RunLostError (CI under load, test_two_nightlies_at_once_...)."""
+    from adseg.store import results
+
+    committed, judged = threading.Event(), threading.Event()
+    real_key = results._lock_key
+
+    def key_after_a_pause(engine, name):
+        # the first thread's first call is the one that marks its lock held, after the commit
+        if threading.current_thread().name == "first" and not committed.is_set():
+            committed.set()
+            judged.wait(timeout=2)  # before the fix the second thread took the lock over here
+        return real_key(engine, name)
+
+    monkeypatch.setattr(results, "_lock_key", key_after_a_pause)
+    outcomes = {}
+
+    def first():
+        outcomes["first"] = store.acquire_lock(loaded, "nightly")
+
+    def second():
+        committed.wait(timeout=10)
+        try:
+            store.acquire_lock(loaded, "nightly")
+            outcomes["second"] = "took it"
+        except store.RunLockedError:
+            outcomes["second"] = "refused"
+        finally:
+            judged.set()
+
+    threads = [threading.Thread(target=first, name="first"), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert outcomes["second"] == "refused"
+        assert store.lock_holder(loaded).holder == outcomes["first"]
+    finally:
+        store.release_lock(loaded, "nightly", outcomes["first"])
+    assert store.lock_holder(loaded) is None
+
+
 def test_rerun_with_same_parameters_is_safe(loaded, market_dir):
     a = pipeline.run_nightly(loaded, config=_config(market_dir))
     b = pipeline.run_nightly(loaded, config=_config(market_dir))

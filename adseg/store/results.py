@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -315,39 +316,41 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
     of this host that no longer exists (a crash, a kill -9) is stale and taken over."""
     holder = _this_process()
     for _ in range(2):
-        try:
-            with engine.begin() as conn:
-                conn.execute(
-                    insert(RunLock).values(
-                        name=name, run_id=run_id, holder=holder, acquired_at=_now()
+        # this process's threads see a lock row and its _held_here entry change together
+        with _held_here_guard:
+            try:
+                with engine.begin() as conn:
+                    conn.execute(
+                        insert(RunLock).values(
+                            name=name, run_id=run_id, holder=holder, acquired_at=_now()
+                        )
                     )
-                )
-            _held_here.add(_lock_key(engine, name))
-            return holder
-        except IntegrityError:
-            current = lock_holder(engine, name)
-            if current is None:
-                continue
-            if _is_stale(engine, current):
-                _abandon(engine, current)
-                run = "" if current.run_id is None else f"; its run {current.run_id} marked failed"
-                # the caller may be any command (a prune, a segment): say so, it changed a run
-                log.warning(
-                    "took over the %s lock of %s, whose process has ended%s",
-                    name,
-                    current.holder,
-                    run,
-                )
-                continue
-            run = "no run yet" if current.run_id is None else f"run {current.run_id}"
-            # not stale: its process exists on this host, or it is another host's, which cannot
-            # be checked; either way only --force clears it (it said `adseg db unlock`, which
-            # then refused, QA)
-            raise RunLockedError(
-                f"another {name} run is in progress ({run}, held by {current.holder} since "
-                f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC); try again when it has finished "
-                "(if that process is gone, `adseg db unlock --force` clears the lock)"
-            ) from None
+            except IntegrityError:
+                current = lock_holder(engine, name)
+                stale = current is not None and _is_stale(engine, current)
+                if stale:
+                    _abandon(engine, current)
+            else:
+                _held_here.add(_lock_key(engine, name))
+                return holder
+        if current is None:
+            continue
+        if stale:
+            run = "" if current.run_id is None else f"; its run {current.run_id} marked failed"
+            # the caller may be any command (a prune, a segment): say so, it changed a run
+            log.warning(
+                "took over the %s lock of %s, whose process has ended%s", name, current.holder, run
+            )
+            continue
+        run = "no run yet" if current.run_id is None else f"run {current.run_id}"
+        # not stale: its process exists on this host, or it is another host's, which cannot
+        # be checked; either way only --force clears it (it said `adseg db unlock`, which
+        # then refused, QA)
+        raise RunLockedError(
+            f"another {name} run is in progress ({run}, held by {current.holder} since "
+            f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC); try again when it has finished "
+            "(if that process is gone, `adseg db unlock --force` clears the lock)"
+        )
     raise RunLockedError(f"could not take the {name} lock")
 
 
@@ -368,10 +371,11 @@ def forget_lock(engine: Engine, name: str) -> None:
 
 
 def release_lock(engine: Engine, name: str, holder: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
-    if holder == _this_process():
-        _held_here.discard(_lock_key(engine, name))
+    with _held_here_guard:
+        with engine.begin() as conn:
+            conn.execute(delete(RunLock).where(RunLock.name == name, RunLock.holder == holder))
+        if holder == _this_process():
+            _held_here.discard(_lock_key(engine, name))
 
 
 def _abandon(engine: Engine, stale: LockHolder, why: str = "") -> None:
@@ -392,6 +396,11 @@ def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) ->
     (which cannot be checked), is cleared only with ``force`` (RunLockedError otherwise): its
     process id may have been reused by an unrelated process. The holder's run is marked failed
     and its partial results deleted, as when a crashed holder is taken over."""
+    with _held_here_guard:  # judge and clear with this process's locks standing still
+        return _clear_lock(engine, name, force)
+
+
+def _clear_lock(engine: Engine, name: str, force: bool) -> LockHolder | None:
     current = lock_holder(engine, name)
     if current is None:
         return None
@@ -415,6 +424,14 @@ def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) ->
 
 _held_here: set[tuple[str, str]] = set()
 """(database, lock name) of the locks this process holds now (acquired, not yet released)."""
+
+_held_here_guard = threading.RLock()
+"""Held while this process inserts or deletes a lock row and updates ``_held_here`` with it, and
+while it judges a lock row stale and takes it over, so that its threads never see one without
+the other. Without it a second thread could read the row a first one had just committed before
+the first added its entry, judge this process's own live lock stale (``_is_stale``: same
+process id, not held here), take it over, and both runs failed with RunLostError (CI, under
+load, 2026-11-25). Reentrant: taking a stale lock over releases it inside ``acquire_lock``."""
 
 
 def _this_process() -> str:
