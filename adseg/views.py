@@ -66,12 +66,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
 from adseg.checks import check_integer, check_k_range
-from adseg.consensus._base import (  # LANCZOS_MIN_N: the cut's size rule, read by the tests
-    LANCZOS_MIN_N,  # noqa: F401
-    assign_labels,
-    lanczos_solves,
-    top_eigenvectors,
-)
+from adseg.consensus._base import assign_labels, lanczos_solves, top_eigenvectors
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import pair_consistency
 

@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from adseg.consensus._base import LANCZOS_MIN_N
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import ari, pair_consistency
 from adseg.views import (
@@ -349,7 +350,7 @@ def test_normalized_cut_on_a_sparse_n_finds_what_the_dense_n_finds(monkeypatch):
     import adseg.views as views
 
     rng = np.random.default_rng(3)
-    n = views.LANCZOS_MIN_N + 99
+    n = LANCZOS_MIN_N + 99
     group = rng.integers(0, 6, n)
     p = np.where(group[:, None] == group[None, :], 0.3, 0.01)
     a = np.triu((rng.random((n, n)) < p).astype(float), 1)
@@ -383,7 +384,7 @@ def test_components_of_a_large_graph_are_found_whatever_the_rounding(monkeypatch
     import adseg.views as views
 
     rng = np.random.default_rng(2)
-    n = views.LANCZOS_MIN_N + 199
+    n = LANCZOS_MIN_N + 199
     group = rng.integers(0, 10, n)
     a = np.triu((rng.random((n, n)) < np.where(group[:, None] == group[None, :], 0.05, 0)), 1)
     a = (a + a.T).astype(float)

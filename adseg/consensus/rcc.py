@@ -229,9 +229,8 @@ class _SubspaceTracker:
             if resid.max() <= tol:
                 self.Q = X
                 return theta[:k], X[:, :k]
-            late = resid > tol  # only the wanted pairs not yet certified get a new direction
-            R = BX[:, :k][:, late] - X[:, :k][:, late] * theta[None, :k][:, late]
-            P = _orthonormal_complement(R, X)
+            late = np.flatnonzero(resid > tol)  # only uncertified pairs get a new direction
+            P = _orthonormal_complement(BX[:, late] - X[:, late] * theta[late], X)
             basis, image = np.hstack([X, P]), np.hstack([BX, B @ P])
             spent += P.shape[1] / width
         return None
