@@ -72,7 +72,8 @@ FuserFactory = Callable[[int, int], object]
 def default_methods() -> dict[str, FuserFactory]:
     """The fusers of the table: KC, l2 and rcc at their defaults (normalised co-association), and
     the unnormalised forms (the paper's Eq. 10 M̃) as the evidence for the normalisation default,
-    and rcc on the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``)."""
+    rcc on the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``), and rcc choosing between the
+    two by ANMI (``normalize="auto"``)."""
     return {
         "KC": lambda k, s: KC(k, random_state=s),
         "l2": lambda k, s: L2CC(k, random_state=s),
@@ -80,6 +81,7 @@ def default_methods() -> dict[str, FuserFactory]:
         "l2 (unnormalised)": lambda k, s: L2CC(k, normalize=False, random_state=s),
         "rcc (unnormalised)": lambda k, s: RCC(k, normalize=False, random_state=s),
         "rcc (l1)": lambda k, s: RCC(k, normalize="l1", random_state=s),
+        "rcc (auto)": lambda k, s: RCC(k, normalize="auto", random_state=s),
     }
 
 
@@ -268,62 +270,77 @@ def format_set_means(
     methods: Iterable[str],
     *,
     datasets: Iterable[str] = TABLE2_DATASETS,
+    challengers: Iterable[str] = ("rcc",),
     digits: int = 3,
 ) -> str:
     """Markdown table: per preprocessing mode, the mean ACC of each method over ``datasets``.
 
     A text set (TEXT_DATASETS) is featurised identically in every mode, so its rows from
     whichever mode it was run in count for every mode. A mean needs every set ("—" otherwise,
-    never a mean over fewer sets). The last two columns compare rcc with l2: the sets where rcc
-    beats / ties (to ``digits`` decimals) / trails it, and the mean over the sets of their
-    difference, paired by repetition (same base clusterings), with a 95% interval: the sets and
-    their repetitions are independent draws, so the standard error of the S-set mean difference is
-    sqrt(Σ_s var_s / r_s) / S (var_s the sample variance of set s's r_s paired differences;
-    normal approximation)."""
+    never a mean over fewer sets). Two columns per method in ``challengers`` compare it with l2:
+    the sets where it beats / ties (to ``digits`` decimals) / trails l2, and the mean over the
+    sets of their difference, paired by repetition (same base clusterings), with a 95% interval:
+    the sets and their repetitions are independent draws, so the standard error of the S-set
+    mean difference is sqrt(Σ_s var_s / r_s) / S (var_s the sample variance of set s's r_s paired
+    differences; normal approximation)."""
     summ = summarize_table2(frame)  # needs the "error" column, as the pairing below does
     ok = frame[frame["error"].isna()]
-    paired = ok[ok["method"].isin(["rcc", "l2"])].pivot_table(
+    challengers = list(challengers)
+    paired = ok[ok["method"].isin([*challengers, "l2"])].pivot_table(
         index=["dataset", "preprocessing", "repetition"], columns="method", values="acc"
     )
-    if not {"rcc", "l2"} <= set(paired.columns):
-        paired = paired.iloc[:0]  # nothing to pair: no interval
     table = summ.pivot_table(
         index=["dataset", "preprocessing"], columns="method", values="acc_mean"
     )
     preps = list(dict.fromkeys(summ["preprocessing"]))
     datasets, methods = list(datasets), list(methods)
-    head = ["prep", "sets", *methods, "rcc vs l2: better / tie / worse", "rcc − l2 (95% interval)"]
+    head = ["prep", "sets", *methods]
+    for c in challengers:
+        head += [f"{c} vs l2: better / tie / worse", f"{c} − l2 (95% interval)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for prep in preps:
-        rows, diffs = {}, []
+        rows, runs = {}, []
         for name in datasets:
             modes = [prep, *(p for p in preps if p != prep)] if name in TEXT_DATASETS else [prep]
             found = [m for m in modes if (name, m) in table.index]
             if found:
                 rows[name] = table.loc[(name, found[0])]
                 if (name, found[0]) in paired.index:
-                    d = paired.loc[(name, found[0])]
-                    diffs.append((d["rcc"] - d["l2"]).dropna().to_numpy())
-        sets = pd.DataFrame(rows).T.reindex(columns=sorted({*methods, "rcc", "l2"}))
+                    runs.append(paired.loc[(name, found[0])])
+        sets = pd.DataFrame(rows).T.reindex(columns=sorted({*methods, *challengers, "l2"}))
         complete = len(sets) == len(datasets)
         cells = [
             f"{sets[m].mean():.{digits}f}" if complete and sets[m].notna().all() else "—"
             for m in methods
         ]
-        diff = (sets["rcc"] - sets["l2"]).round(digits)
-        count = "—"
-        if complete and diff.notna().all():
-            count = f"{(diff > 0).sum()} / {(diff == 0).sum()} / {(diff < 0).sum()}"
-        interval = "—"
-        if complete and len(diffs) == len(datasets) and all(d.size > 1 for d in diffs):
-            mean = np.mean([d.mean() for d in diffs])
-            half = 1.96 * np.sqrt(sum(d.var(ddof=1) / d.size for d in diffs)) / len(diffs)
-            # round first (and + 0.0) so that a round-off residue never prints as -0.000
-            lo, mid, hi = (round(v, digits) + 0.0 for v in (mean - half, mean, mean + half))
-            interval = f"{mid:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-        lines.append(
-            "| "
-            + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells, count, interval])
-            + " |"
-        )
+        for c in challengers:
+            cells += _versus_l2(sets, runs, c, complete, len(datasets), digits)
+        lines.append("| " + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells]) + " |")
     return "\n".join(lines)
+
+
+def _versus_l2(
+    sets: pd.DataFrame,
+    runs: list[pd.DataFrame],
+    method: str,
+    complete: bool,
+    n_sets: int,
+    digits: int,
+) -> list[str]:
+    """The two comparison cells of ``format_set_means`` for one method: better / tie / worse sets,
+    and the paired mean difference with its 95% interval ("—" when a set or a pair is missing)."""
+    diff = (sets[method] - sets["l2"]).round(digits)
+    count = "—"
+    if complete and diff.notna().all():
+        count = f"{(diff > 0).sum()} / {(diff == 0).sum()} / {(diff < 0).sum()}"
+    diffs = [
+        (d[method] - d["l2"]).dropna().to_numpy() for d in runs if {method, "l2"} <= set(d.columns)
+    ]
+    interval = "—"
+    if complete and len(diffs) == n_sets and all(d.size > 1 for d in diffs):
+        mean = np.mean([d.mean() for d in diffs])
+        half = 1.96 * np.sqrt(sum(d.var(ddof=1) / d.size for d in diffs)) / len(diffs)
+        # round first (and + 0.0) so that a round-off residue never prints as -0.000
+        lo, mid, hi = (round(v, digits) + 0.0 for v in (mean - half, mean, mean + half))
+        interval = f"{mid:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+    return [count, interval]

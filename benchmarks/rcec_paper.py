@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from adseg.bench import shuffle_items  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
+from adseg.consensus._base import average_nmi  # noqa: E402
 from adseg.consensus.rcec import RCEC, paper_synthetic_ensemble  # noqa: E402
 from adseg.datasets import load_dataset  # noqa: E402
 from adseg.metrics import nmi  # noqa: E402
@@ -89,11 +90,6 @@ PAPER_AVE = {
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def anmi(consensus: np.ndarray, labels: np.ndarray) -> float:
-    """Average NMI between a consensus and the input partitions (no ground truth)."""
-    return float(np.mean([nmi(labels[:, j], consensus) for j in range(labels.shape[1])]))
 
 
 def quiet_fit(fuser, labels: np.ndarray):
@@ -140,7 +136,7 @@ def run_ensemble(
                 {
                     "beta": beta,
                     "nmi": nmi(y, pred),
-                    "anmi": anmi(pred, labels),
+                    "anmi": average_nmi(pred, labels),
                     "seconds": sec,
                     "suppressed": len(g.suppressed_clusters_),
                 }

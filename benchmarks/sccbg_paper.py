@@ -49,7 +49,8 @@ from adseg.bench import (  # noqa: E402
     write_results,
 )
 from adseg.consensus import FUSERS  # noqa: E402
-from adseg.consensus.sccbg import SCCBG, anmi, gamma_choice_key  # noqa: E402
+from adseg.consensus._base import average_nmi  # noqa: E402
+from adseg.consensus.sccbg import SCCBG, gamma_choice_key  # noqa: E402
 from adseg.datasets import load_dataset  # noqa: E402
 from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
 
@@ -162,7 +163,7 @@ def run_dataset(name: str, n_reps: int, seed: int, grid, log) -> dict:
                 sec = time.process_time() - t
                 total += sec
                 label = f"{variant} γ={g:g}"
-                score = anmi(f.labels_, e.labels)
+                score = average_nmi(f.labels_, e.labels)
                 extra = dict(fallback=f.fallback_used_, n_iter=f.n_iter_, anmi=score)
                 add(label, e.y, f.labels_, sec, extra)
                 key = gamma_choice_key(score, f.fallback_used_)

@@ -15,6 +15,7 @@ from adseg.consensus import (
     incidence_matrix,
     relabel,
 )
+from adseg.consensus._base import average_nmi
 from adseg.metrics import clustering_accuracy, pair_consistency
 
 
@@ -24,6 +25,22 @@ def test_co_association_matches_pair_definition():
     M = co_association(labels)
     brute = (labels[:, None, :] == labels[None, :, :]).mean(axis=2)
     np.testing.assert_allclose(M, brute, atol=1e-12)
+
+
+def test_average_nmi_is_the_mean_nmi_over_the_items_each_column_labels():
+    from sklearn.metrics import normalized_mutual_info_score as nmi
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 4, size=(40, 3))
+    labels[:10, 1] = -1  # column 1 leaves the first ten items out
+    pred = rng.integers(0, 3, size=40)
+    expected = np.mean(
+        [nmi(labels[:, 0], pred), nmi(labels[10:, 1], pred[10:]), nmi(labels[:, 2], pred)]
+    )
+    assert average_nmi(pred, labels) == pytest.approx(expected, abs=1e-12)
+    # a partition every column agrees with (up to the names of its labels) scores 1
+    y = np.repeat(np.arange(4), 10)
+    assert average_nmi(y, np.column_stack([y, (y + 1) % 4, 3 - y])) == pytest.approx(1.0)
 
 
 def test_co_association_missing_divides_by_covering_columns():

@@ -37,7 +37,8 @@ rounding.
 
 Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2}.
 The default is chosen by the evidence in benchmarks/results/consensus_table2.md (both forms on
-the eight Table 2 sets) and the synthetic unbalanced case of the spec; see ``normalize`` below.
+the eight Table 2 sets) and the synthetic unbalanced case of the spec; "l1" (equal l1 mass per
+cluster) and "auto" (both, the one with the higher ANMI kept) are options; see ``normalize``.
 
 Cells (exact reduction). Items with identical label rows ("cells" of the meet of the base
 clusterings) have identical rows and columns in M̃, so M̃ = P M̃_g Pᵀ with P the n×g cell
@@ -83,6 +84,7 @@ from sklearn.exceptions import ConvergenceWarning
 from adseg.consensus._base import (
     BaseFuser,
     assign_labels,
+    average_nmi,
     check_flag,
     check_integer,
     check_real,
@@ -286,14 +288,20 @@ class RCC(BaseFuser):
     Parameters
     ----------
     n_clusters : int, K, number of consensus clusters (1 ≤ K ≤ n_items).
-    normalize : bool or "l1", default True. True fuses the normalised-cut form D^{-1/2} M̃ D^{-1/2}
-        (spec §2), False M̃ itself, "l1" the form D^{-1} M̃ D^{-1} (our PROPOSAL). Why: a cluster
-        of s items is a block of s² entries ≈ 1 in M̃; its least-squares weight (eigenvalue) is ∝ s
-        in M̃ and 1 in D^{-1/2} M̃ D^{-1/2}, but its l1 mass is ∝ s² and ∝ s respectively, so the
-        l1 fit favours large clusters one power of s more than L2CC does: it spends components
-        splitting big clusters and merges small ones (spec §2's unbalanced case; zoo in Table 2).
-        D^{-1} M̃ D^{-1} gives every cluster the same l1 mass. Default True (the spec's form and the
-        one benchmarked on all Table 2 sets); see benchmarks/results/consensus_table2.md for "l1".
+    normalize : bool, "l1" or "auto", default True. True fuses the normalised-cut form
+        D^{-1/2} M̃ D^{-1/2} (spec §2), False M̃ itself, "l1" the form d̄ D^{-1} M̃ D^{-1} (our
+        PROPOSAL; the mean degree d̄ puts it on the True form's scale, so that the absolute
+        μ_max means the same for both). Why: a cluster of s items is a block of s² entries ≈ 1
+        in M̃; its least-squares weight (eigenvalue) is ∝ s in M̃ and 1 in D^{-1/2} M̃ D^{-1/2},
+        but its l1 mass is ∝ s² and ∝ s respectively, so the l1 fit favours large clusters one
+        power of s more than L2CC does: it spends components splitting big clusters and merges
+        small ones (spec §2's unbalanced case; zoo in Table 2). D^{-1} M̃ D^{-1} gives every
+        cluster the same l1 mass. "auto" fits both True and "l1" (each exactly as alone, same
+        ``random_state``) and keeps the labels with the higher average NMI with the base
+        clusterings (``average_nmi``; ties keep True): a label-free choice between the two l1
+        fits, at the cost of both (about twice the time of True). Default True (the spec's
+        form); the evidence for each form is in benchmarks/results/consensus_table2.md and
+        rcc_pools.md.
     weights : array-like (n_clusterings,) or None, per-clustering weights w_v ≥ 0 of M̃.
     assign_labels : {"kmeans", "cluster_qr"}, rounding of H to labels (spec §4).
     rho : float > 1, growth factor of the penalty μ.
@@ -330,11 +338,16 @@ class RCC(BaseFuser):
         (||Lᵗ − Lᵗ⁻¹||_F / ||Lᵗ⁻¹||_F) and "mu".
 
     n_cells_ : int, g, the number of distinct label rows the solver worked on (n_items when g ≤ K).
+    normalize_ : True, False or "l1", the form fitted (with ``normalize="auto"``, the one chosen).
+    anmi_ : dict {True: float, "l1": float}, each form's average NMI with the base clusterings
+        (only with ``normalize="auto"``).
 
     Cost per iteration: a few passes over four g×g arrays (O(g²)) plus one partial eigensolve
     (O(g³) dense, or O(g² (K+p)) per subspace/LOBPCG step), g ≤ n the number of distinct label
     rows. Memory: four dense g×g float64 arrays (M̃, E, Λ, W) — 32 g² bytes — plus O(n K) and
     row-block temporaries; ``store_error=True`` adds one n×n array after the fit.
+    ``normalize="auto"`` runs two fits one after the other (the same peak memory, plus the first
+    fit's O(n K) results, and its n×n ``error_`` with ``store_error=True``) and O(n m) for ANMI.
     """
 
     def __init__(
@@ -375,8 +388,11 @@ class RCC(BaseFuser):
             )
         check_integer("n_init", self.n_init)
         check_flag("store_error", self.store_error)
-        if not (isinstance(self.normalize, bool | np.bool_) or self.normalize == "l1"):
-            raise ValueError(f"normalize must be True, False or 'l1'; got {self.normalize!r}.")
+        named = isinstance(self.normalize, str) and self.normalize in ("l1", "auto")
+        if not (isinstance(self.normalize, bool | np.bool_) or named):
+            raise ValueError(
+                f"normalize must be True, False, 'l1' or 'auto'; got {self.normalize!r}."
+            )
         if self.eigen_solver not in _SOLVERS:
             raise ValueError(f"eigen_solver must be one of {_SOLVERS}; got {self.eigen_solver!r}.")
         check_real("rho", self.rho, low=1.0)
@@ -392,6 +408,10 @@ class RCC(BaseFuser):
 
     def _fit(self, labels: np.ndarray) -> None:
         self._check_params()
+        if isinstance(self.normalize, str) and self.normalize == "auto":
+            self._fit_auto(labels)
+            return
+        self.normalize_ = self.normalize
         K = self.n_clusters
         rng = self._rng
         cell, sizes, M = _cell_problem(labels, self.weights, self.normalize, K)
@@ -517,6 +537,26 @@ class RCC(BaseFuser):
         )
         self.n_clusters_found_ = int(np.unique(self.labels_).size)
 
+    def _fit_auto(self, labels: np.ndarray) -> None:
+        """``normalize="auto"``: fit True and "l1" (each as it would run alone), keep the one
+        whose labels have the higher ANMI with ``labels`` (ties: True); only the kept fit's
+        warnings reach the caller (the other's ConvergenceWarning says nothing about the result)."""
+        fits, caught, scores = {}, {}, {}
+        for form in (True, "l1"):
+            fit = RCC(**{**self.get_params(), "normalize": form})
+            with warnings.catch_warnings(record=True) as caught[form]:
+                warnings.simplefilter("always")
+                fit.fit(labels)
+            fits[form], scores[form] = fit, average_nmi(fit.labels_, labels)
+        choice = "l1" if scores["l1"] > scores[True] else True
+        learned = {k: v for k, v in vars(fits[choice]).items() if k.endswith("_")}
+        for name, value in learned.items():
+            if not name.startswith("_"):
+                setattr(self, name, value)
+        self.anmi_ = scores
+        for w in caught[choice]:
+            warnings.warn(w.message, w.category, stacklevel=4)
+
 
 def _cell_problem(
     labels: np.ndarray, weights, normalize: bool | str, n_clusters: int
@@ -541,6 +581,12 @@ def _cell_problem(
         scale = np.zeros_like(degree)
         root_or_not = np.sqrt(degree) if normalize is True else degree
         np.divide(1.0, root_or_not, out=scale, where=degree > 0)
+        if normalize == "l1":
+            # d̄ D^-1 M̃ D^-1 (d̄ the mean degree) is on the scale of D^-1/2 M̃ D^-1/2: a constant
+            # factor leaves the minimiser's H alone, but μ_max is absolute, and on the bare
+            # D^-1 M̃ D^-1 (entries ~ 1/d̄²) μ reached it d̄× earlier, leaving the ADMM to crawl
+            # at a fixed penalty (300 iterations on pool_mf instead of ~125; rcc_pools.md)
+            scale *= np.sqrt(float(degree @ sizes) / float(sizes.sum()))
         M *= scale[:, None]
         M *= scale[None, :]
     return cell, sizes, M

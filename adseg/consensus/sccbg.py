@@ -96,6 +96,7 @@ from sklearn.cluster import KMeans
 from adseg.consensus._base import (
     MISSING,
     BaseFuser,
+    average_nmi,
     check_flag,
     check_integer,
     check_real,
@@ -534,7 +535,7 @@ class SCCBG(BaseFuser):
             for g in self.gamma_grid:  # loop over candidate γ (few)
                 run = self._run(Y, mult, block_of, first, float(g), c)
                 full = run["labels"][inverse]
-                score = _anmi(full, labels)
+                score = average_nmi(full, labels)
                 scores[float(g)] = (score, run["fallback_used"])
                 key = gamma_choice_key(score, run["fallback_used"])
                 if best is None or key > best[0]:  # strict: ties keep the earlier (smaller) γ
@@ -764,21 +765,3 @@ def gamma_choice_key(anmi: float, fallback_used: bool) -> tuple[float, bool]:
     ANMI a run whose labels came straight from c components beats one that needed a fallback.
     Candidates are tried in ``gamma_grid`` order and ties keep the earlier one."""
     return (float(anmi), not fallback_used)
-
-
-def anmi(pred: np.ndarray, labels: np.ndarray) -> float:
-    """Average NMI (arithmetic normalisation) of a partition (n,) with the base clusterings
-    (n, m), each scored on the items it labels. The label-free quality score behind
-    ``gamma="auto"`` (Strehl & Ghosh 2002). O(n m)."""
-    return _anmi(pred, labels)
-
-
-def _anmi(pred: np.ndarray, labels: np.ndarray) -> float:
-    """Average NMI between a partition and the base clusterings (missing entries left out)."""
-    from adseg.metrics import nmi
-
-    scores = []
-    for b in range(labels.shape[1]):  # loop over clusterings
-        ok = labels[:, b] != MISSING
-        scores.append(nmi(labels[ok, b], pred[ok]))
-    return float(np.mean(scores))
