@@ -67,7 +67,8 @@ Protocol: per set, {repetitions} repetitions × {clusterings} k-means runs (k = 
 {INIT_TEXT[init]}, seed + r per repetition r), items shuffled with seed + r, ACC by the Hungarian
 map; k-means = mean ACC of the base clusterings. `l2` and `rcc` use the normalised co-association
 D^-1/2 M D^-1/2 (the default); the `(unnormalised)` columns fuse the paper's M̃ itself;
-`rcc (l1)` fuses D^-1 M D^-1 (every cluster the same l1 mass); `rcc (auto)` fits both rcc and
+`rcc (l1)` fuses d̄ D^-1 M D^-1 (every cluster the same l1 mass; d̄ the mean degree, a constant
+that puts it on the default form's scale); `rcc (auto)` fits both rcc and
 rcc (l1) and keeps the labels with the higher average NMI with the base clusterings (no ground
 truth).
 Paper = seed 003 Table 2. Text sets (cstr, reuters10) are TF-IDF with unit rows, identical in

@@ -1,0 +1,133 @@
+"""rcc's normalisations on the nightly's own base clusterings: the default (True), "l1" and "auto"
+against l2, by forecast MAPE and ARI vs the true segments, over marketplaces and seeds.
+
+The Table 2 sets and the k-means pools are not the product's ensembles; this runs the nightly
+pipeline (benchmarks/nightly_seeds.py's ``one_run``: a fresh SQLite database per marketplace,
+actual supply, the paper's pooled segment c.d.f.s) with four fusers: rcc, l2, and rcc with
+``normalize="l1"`` and ``"auto"``, registered for this process only as "rcc-l1" and "rcc-auto"
+(the fuser workers are forked, so they see the registration). Runs: the default marketplace
+with pipeline seeds 0..S-1 and marketplaces +1..+M with seed 0, as nightly_seeds.py.
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/rcc_auto_nightly.py   # 10 runs, ~4 min
+
+Writes benchmarks/results/rcc_auto_nightly.md (and .csv, one row per run and source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import nightly_seeds  # noqa: E402
+
+from adseg.bench import machine_summary, recorded_command, write_results  # noqa: E402
+from adseg.consensus import FUSERS  # noqa: E402
+from adseg.consensus.rcc import RCC  # noqa: E402
+from adseg.simulate import MarketplaceConfig  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "rcc_auto_nightly.md"
+SOURCES = ("rcc", "rcc-l1", "rcc-auto", "l2")
+
+
+class _RCCL1(RCC):
+    """rcc with ``normalize="l1"`` under the pipeline's ``cls(n_clusters, random_state)``."""
+
+    def __init__(self, n_clusters: int = 2, *, normalize="l1", random_state=None, **kw):
+        super().__init__(n_clusters, normalize=normalize, random_state=random_state, **kw)
+
+
+class _RCCAuto(RCC):
+    """rcc with ``normalize="auto"`` under the pipeline's ``cls(n_clusters, random_state)``."""
+
+    def __init__(self, n_clusters: int = 2, *, normalize="auto", random_state=None, **kw):
+        super().__init__(n_clusters, normalize=normalize, random_state=random_state, **kw)
+
+
+def _paired(frame: pd.DataFrame, metric: str, a: str, b: str) -> str:
+    """Mean of a − b over the runs (percentage points) with a 95% t interval, and the runs where
+    a is lower."""
+    wide = frame.pivot_table(index=["market_seed", "seed"], columns="source", values=metric)
+    d = 100 * (wide[a] - wide[b]).to_numpy()
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    lower = int((d < 0).sum())
+    interval = f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"
+    return f"{interval}, {a} lower in {lower} / {d.size}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5, help="pipeline seeds on the default market")
+    ap.add_argument("--markets", type=int, default=5, help="other marketplaces (pipeline seed 0)")
+    ap.add_argument("--output", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    FUSERS["rcc-l1"], FUSERS["rcc-auto"] = _RCCL1, _RCCAuto
+    nightly_seeds.FUSERS = SOURCES
+    default_seed = MarketplaceConfig().seed
+    plan = [(default_seed, s) for s in range(args.seeds)]
+    plan += [(default_seed + m, 0) for m in range(1, args.markets + 1)]
+    frames, t0, load0 = [], time.perf_counter(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        for market_seed, seed in plan:
+            frames.append(nightly_seeds.one_run(Path(tmp), market_seed, seed))
+            print(f"market {market_seed} seed {seed} done", flush=True)
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame[(frame["method"] == "segment") & frame["source"].isin(SOURCES)]
+    frame.to_csv(args.output.with_suffix(".csv"), index=False)
+    wall = time.perf_counter() - t0
+    rows = []
+    for source in SOURCES:
+        s = frame[frame["source"] == source]
+        imp, spend = 100 * s["impressions_mape"], 100 * s["spend_mape"]
+        rows.append(
+            f"| {source} | {imp.mean():.2f} ± {imp.std(ddof=1):.2f} | "
+            f"{spend.mean():.2f} ± {spend.std(ddof=1):.2f} | {s['ari'].mean():.3f} |"
+        )
+    pairs = [
+        f"| {a} − {b} | {_paired(frame, 'impressions_mape', a, b)} | "
+        f"{_paired(frame, 'spend_mape', a, b)} |"
+        for a, b in (("rcc-auto", "rcc"), ("rcc-l1", "rcc"), ("rcc-auto", "l2"), ("rcc", "l2"))
+    ]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    text = "\n".join(
+        [
+            "# rcc's normalisations on the nightly's views: MAPE and ARI over runs",
+            "",
+            f"Measured {now}; {machine_summary()}; load average {load0:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after; {len(plan)} runs in {wall:.0f} s wall.",
+            "",
+            f"Command: `{recorded_command('rcc_auto_nightly.py', sys.argv[1:])}`",
+            "",
+            "Runs: the default marketplace with pipeline seeds 0..S-1 and the next marketplaces "
+            "with seed 0 (as nightly_seeds.md); actual supply, segment c.d.f.s (the paper's "
+            'method). rcc-l1 / rcc-auto = `RCC(normalize="l1" / "auto")`.',
+            "",
+            "| source | impressions MAPE % | spend MAPE % | ARI vs truth |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            "Paired by run, percentage points (negative = the first is better), 95% t interval:",
+            "",
+            "| difference | impressions | spend |",
+            "|---|---|---|",
+            *pairs,
+            "",
+        ]
+    )
+    write_results(args.output, text)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
