@@ -89,10 +89,36 @@ def summary_table(frame: pd.DataFrame, method: str) -> str:
     return "\n".join([head, "|---|---|---|---|---|", *rows])
 
 
+def t_interval(d: np.ndarray, digits: int) -> str:
+    """ "mean [low, high]" of paired differences ``d`` (one per run), a 95% t interval."""
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return f"{d.mean():+.{digits}f} [{d.mean() - half:+.{digits}f}, {d.mean() + half:+.{digits}f}]"
+
+
+def run_arguments(description: str, output: Path) -> argparse.ArgumentParser:
+    """The options every run-plan benchmark shares: --seeds, --markets, --output."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--seeds", type=int, default=5, help="pipeline seeds on the default market")
+    ap.add_argument("--markets", type=int, default=5, help="other marketplaces (pipeline seed 0)")
+    ap.add_argument("--output", type=Path, default=output)
+    return ap
+
+
+def run_plan(seeds: int, markets: int) -> list[tuple[int, int]]:
+    """(marketplace seed, pipeline seed) per run: the default marketplace with pipeline seeds
+    0..seeds-1, then the next ``markets`` marketplaces with pipeline seed 0."""
+    if seeds < 0 or markets < 0 or seeds + markets < 2:
+        raise SystemExit("error: --seeds and --markets must give at least two runs (≥ 0 each)")
+    default_seed = MarketplaceConfig().seed
+    plan = [(default_seed, s) for s in range(seeds)]
+    return plan + [(default_seed + m, 0) for m in range(1, markets + 1)]
+
+
 def paired_table(frame: pd.DataFrame, method: str, baseline: str = "l2") -> str:
     """Markdown: rcc − other source per run (percentage points), mean with a 95% t interval and
     the runs where rcc is lower (better)."""
-    from scipy import stats
 
     part = frame[frame["method"] == method]
     wide = part.pivot_table(
@@ -107,24 +133,15 @@ def paired_table(frame: pd.DataFrame, method: str, baseline: str = "l2") -> str:
         cells = [other]
         for metric in ("impressions_mape", "spend_mape"):
             d = 100 * (wide[(metric, "rcc")] - wide[(metric, other)]).dropna().to_numpy()
-            half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
-            cells += [
-                f"{d.mean():+.1f} [{d.mean() - half:+.1f}, {d.mean() + half:+.1f}]",
-                f"{int((d < 0).sum())} / {d.size}",
-            ]
+            cells += [t_interval(d, 1), f"{int((d < 0).sum())} / {d.size}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5, help="pipeline seeds on the default market")
-    ap.add_argument("--markets", type=int, default=5, help="other marketplaces (pipeline seed 0)")
-    ap.add_argument("--output", type=Path, default=RESULTS)
-    args = ap.parse_args()
+    args = run_arguments(__doc__.splitlines()[0], RESULTS).parse_args()
     default_seed = MarketplaceConfig().seed
-    plan = [(default_seed, s) for s in range(args.seeds)]
-    plan += [(default_seed + m, 0) for m in range(1, args.markets + 1)]
+    plan = run_plan(args.seeds, args.markets)
     frames, t0 = [], time.perf_counter()
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:

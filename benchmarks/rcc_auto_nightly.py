@@ -15,7 +15,6 @@ Writes benchmarks/results/rcc_auto_nightly.md (and .csv, one row per run and sou
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import sys
@@ -23,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +32,6 @@ import nightly_seeds  # noqa: E402
 from adseg.bench import machine_summary, recorded_command, write_results  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
-from adseg.simulate import MarketplaceConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rcc_auto_nightly.md"
 SOURCES = ("rcc", "rcc-l1", "rcc-auto", "l2")
@@ -60,23 +56,14 @@ def _paired(frame: pd.DataFrame, metric: str, a: str, b: str) -> str:
     a is lower."""
     wide = frame.pivot_table(index=["market_seed", "seed"], columns="source", values=metric)
     d = 100 * (wide[a] - wide[b]).to_numpy()
-    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
-    lower = int((d < 0).sum())
-    interval = f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"
-    return f"{interval}, {a} lower in {lower} / {d.size}"
+    return f"{nightly_seeds.t_interval(d, 2)}, {a} lower in {int((d < 0).sum())} / {d.size}"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5, help="pipeline seeds on the default market")
-    ap.add_argument("--markets", type=int, default=5, help="other marketplaces (pipeline seed 0)")
-    ap.add_argument("--output", type=Path, default=RESULTS)
-    args = ap.parse_args()
+    args = nightly_seeds.run_arguments(__doc__.splitlines()[0], RESULTS).parse_args()
     FUSERS["rcc-l1"], FUSERS["rcc-auto"] = _RCCL1, _RCCAuto
     nightly_seeds.FUSERS = SOURCES
-    default_seed = MarketplaceConfig().seed
-    plan = [(default_seed, s) for s in range(args.seeds)]
-    plan += [(default_seed + m, 0) for m in range(1, args.markets + 1)]
+    plan = nightly_seeds.run_plan(args.seeds, args.markets)
     frames, t0, load0 = [], time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for market_seed, seed in plan:
