@@ -384,6 +384,17 @@ def test_auto_keeps_the_form_whose_labels_agree_best_with_the_inputs(seed, p, ke
     )
 
 
+def test_a_numpy_bool_is_the_bool():
+    """normalize=np.True_ (from a config array, say) is the normalised form, not the "l1" one
+    (before: ``normalize is True`` failed for numpy's bool and the bare D^-1 M̃ D^-1 was fused)."""
+    y, labels = _noisy_ensemble([40, 20, 12, 8, 5], 8, 0.3, seed=6)
+    for value in (True, False):
+        a = RCC(5, normalize=value, random_state=0).fit(labels)
+        b = RCC(5, normalize=np.bool_(value), random_state=0).fit(labels)
+        np.testing.assert_array_equal(a.history_["objective"], b.history_["objective"])
+        assert b.normalize_ is value
+
+
 def test_auto_ties_keep_the_normalised_form_and_warn_once():
     """Equal ANMI (both forms recover identical clusterings) keeps True, the spec's form; only the
     kept fit's ConvergenceWarning reaches the caller, not one per form."""

@@ -411,10 +411,12 @@ class RCC(BaseFuser):
         if isinstance(self.normalize, str) and self.normalize == "auto":
             self._fit_auto(labels)
             return
-        self.normalize_ = self.normalize
+        # numpy's bool is not ``True``: as a plain bool it cannot pass for the "l1" form below
+        form = bool(self.normalize) if isinstance(self.normalize, bool | np.bool_) else "l1"
+        self.normalize_ = form
         K = self.n_clusters
         rng = self._rng
-        cell, sizes, M = _cell_problem(labels, self.weights, self.normalize, K)
+        cell, sizes, M = _cell_problem(labels, self.weights, form, K)
         g = M.shape[0]
         count = sizes.astype(np.float64)
         root = np.sqrt(count)
