@@ -8,6 +8,7 @@ non-zero with a one-line reason on standard error, and writes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import functools
 import math
 import os
@@ -183,6 +184,9 @@ _stop_reported = False
 """Whether a command has printed the line of the stop that ended it (see entry_point)."""
 
 
+_MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn known exceptions into a one-line reason on stderr and a non-zero exit code."""
 
@@ -236,7 +240,10 @@ def handle_errors(fn: Callable) -> Callable:
             if exc.errno is None or exc.strerror is None:  # ours, with its own message
                 _fail(str(exc), EXIT_BAD_INPUT)
             where = f"{exc.filename}: " if exc.filename else ""
-            _fail(f"{where}{exc.strerror}", EXIT_BAD_INPUT)
+            # a full disk, a quota or a failing device is the machine, not the input: 1, as
+            # SQLite's "database or disk is full" is (a path or permission the user gave: 2)
+            code = EXIT_FAILED if exc.errno in _MACHINE_ERRNOS else EXIT_BAD_INPUT
+            _fail(f"{where}{exc.strerror}", code)
 
     return wrapper
 

@@ -1526,6 +1526,27 @@ def test_a_report_that_cannot_be_written_names_its_path(tmp_path):
     assert caught.value.filename == f"/dev/fd/{write_end}"
 
 
+def test_a_full_disk_is_a_failure_not_bad_input(engine, db_url, loaded, tmp_path):
+    """A report written to /dev/full (no space left) exits 1, as SQLite's "database or disk is
+    full" does: the machine failed, not the input (it exited 2, "bad input"); a folder the user
+    may not write stays 2."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "--database-url", db_url, "-o", "/dev/full"])
+    assert res.exit_code == 1, res.output
+    assert "error: /dev/full: No space left on device" in res.output
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anyway: no permission error to provoke
+        return
+    res = runner.invoke(app, ["report", "--database-url", db_url, "-o", str(locked / "r.html")])
+    assert res.exit_code == 2, res.output
+
+
 def test_two_reports_may_not_share_one_descriptor(engine, db_url):
     """HTML then JSON in one stream, which no reader can use; refused as for one file."""
     args = ["nightly", "--database-url", db_url, "-q"]
