@@ -1666,6 +1666,14 @@ def bench_consensus(
     seed: Annotated[
         int, typer.Option(help="Base seed (repetition r uses seed + r).", min=0, max=2**32 - 1000)
     ] = 0,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            help="Fuser column(s) to run (repeatable; default all: KC, l2, rcc, their "
+            "unnormalised forms, rcc (l1), rcc (auto)).",
+        ),
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Also write the markdown table here.")
     ] = None,
@@ -1673,9 +1681,15 @@ def bench_consensus(
 ) -> None:
     """The paper's Table 2 protocol (seed 003): ACC of k-means, KC, l2 and rcc on the benchmark
     data sets in ../shared/datasets, items shuffled with recorded seeds."""
-    from adseg.bench_table2 import TABLE2_DATASETS, format_table2, run_table2
+    from adseg.bench_table2 import TABLE2_DATASETS, default_methods, format_table2, run_table2
     from adseg.datasets import datasets_dir
 
+    methods = default_methods()
+    if unknown := [m for m in method or [] if m not in methods]:
+        raise CliError(
+            f"--method {unknown[0]!r} is not a Table 2 column; choose from "
+            + ", ".join(repr(m) for m in methods)
+        )
     datasets_dir()  # a clear error when the shared data are absent
     _check_output(output, "--output")
     names = dataset or list(TABLE2_DATASETS)
@@ -1687,6 +1701,7 @@ def bench_consensus(
             n_clusterings=clusterings,
             seed=seed,
             preprocessing=preprocessing or ["raw"],
+            methods={m: methods[m] for m in method} if method else methods,
             progress=progress,
         )
     table = format_table2(frame)

@@ -262,6 +262,32 @@ def test_bench_table2_protocol(shared_datasets):
     assert "| iris | raw | 150 |" in text and "paper RCC" in text
 
 
+def test_bench_consensus_runs_the_columns_asked(shared_datasets, tmp_path):
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    out = tmp_path / "t2.md"
+    args = ["bench", "consensus", "--dataset", "iris", "--repetitions", "1", "--clusterings", "3"]
+    res = CliRunner().invoke(
+        app, [*args, "--method", "rcc", "--method", "l2", "-q", "-o", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    head = out.read_text().splitlines()[0]
+    assert head.startswith("| dataset | prep | n | k-means | rcc | l2 | paper k-means |"), head
+
+
+def test_bench_consensus_refuses_an_unknown_column():
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "consensus", "--method", "rcc (l3)"])
+    assert res.exit_code == 2
+    assert "--method 'rcc (l3)' is not a Table 2 column" in res.output
+    assert "'rcc (auto)'" in res.output  # the valid names are listed
+
+
 def test_set_means_count_text_sets_in_every_mode_and_refuse_partial_means():
     import pandas as pd
 
