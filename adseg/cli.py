@@ -40,6 +40,8 @@ EXIT_FAILED = 1
 EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, the database server cannot be reached; retry
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
+# a file that could not be written for the machine's sake, not the user's: EXIT_FAILED
+_MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
 def _conventional_help() -> None:
@@ -182,9 +184,6 @@ class CliError(Exception):
 
 _stop_reported = False
 """Whether a command has printed the line of the stop that ended it (see entry_point)."""
-
-
-_MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
 def handle_errors(fn: Callable) -> Callable:
