@@ -314,7 +314,7 @@ def format_set_means(
             for m in methods
         ]
         for c in challengers:
-            cells += _versus_l2(sets, runs, c, complete, len(datasets), digits)
+            cells += _versus_l2(sets, runs, c, len(datasets), digits)
         lines.append("| " + " | ".join([prep, f"{len(sets)} of {len(datasets)}", *cells]) + " |")
     return "\n".join(lines)
 
@@ -323,12 +323,12 @@ def _versus_l2(
     sets: pd.DataFrame,
     runs: list[pd.DataFrame],
     method: str,
-    complete: bool,
     n_sets: int,
     digits: int,
 ) -> list[str]:
     """The two comparison cells of ``format_set_means`` for one method: better / tie / worse sets,
     and the paired mean difference with its 95% interval ("—" when a set or a pair is missing)."""
+    complete = len(sets) == n_sets
     diff = (sets[method] - sets["l2"]).round(digits)
     count = "—"
     if complete and diff.notna().all():

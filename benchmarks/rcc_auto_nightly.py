@@ -37,18 +37,15 @@ RESULTS = Path(__file__).parent / "results" / "rcc_auto_nightly.md"
 SOURCES = ("rcc", "rcc-l1", "rcc-auto", "l2")
 
 
-class _RCCL1(RCC):
-    """rcc with ``normalize="l1"`` under the pipeline's ``cls(n_clusters, random_state)``."""
+def _rcc_with(form: str) -> type[RCC]:
+    """RCC with ``normalize=form`` as its default, for the pipeline's ``cls(n_clusters,
+    random_state)``."""
 
-    def __init__(self, n_clusters: int = 2, *, normalize="l1", random_state=None, **kw):
-        super().__init__(n_clusters, normalize=normalize, random_state=random_state, **kw)
+    class _RCC(RCC):
+        def __init__(self, n_clusters: int = 2, *, normalize=form, random_state=None):
+            super().__init__(n_clusters, normalize=normalize, random_state=random_state)
 
-
-class _RCCAuto(RCC):
-    """rcc with ``normalize="auto"`` under the pipeline's ``cls(n_clusters, random_state)``."""
-
-    def __init__(self, n_clusters: int = 2, *, normalize="auto", random_state=None, **kw):
-        super().__init__(n_clusters, normalize=normalize, random_state=random_state, **kw)
+    return _RCC
 
 
 def _paired(frame: pd.DataFrame, metric: str, a: str, b: str) -> str:
@@ -61,7 +58,7 @@ def _paired(frame: pd.DataFrame, metric: str, a: str, b: str) -> str:
 
 def main() -> None:
     args = nightly_seeds.run_arguments(__doc__.splitlines()[0], RESULTS).parse_args()
-    FUSERS["rcc-l1"], FUSERS["rcc-auto"] = _RCCL1, _RCCAuto
+    FUSERS["rcc-l1"], FUSERS["rcc-auto"] = _rcc_with("l1"), _rcc_with("auto")
     nightly_seeds.FUSERS = SOURCES
     plan = nightly_seeds.run_plan(args.seeds, args.markets)
     frames, t0, load0 = [], time.perf_counter(), os.getloadavg()[0]

@@ -490,9 +490,13 @@ class BaseFuser(ClusterMixin, BaseEstimator):
         return self
 
     def _forget_fit(self) -> None:
-        """Delete every learned attribute (public names ending in ``_``)."""
-        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+        """Delete every learned attribute."""
+        for name in list(self._learned()):
             delattr(self, name)
+
+    def _learned(self) -> dict:
+        """The learned attributes (public names ending in ``_``) by name."""
+        return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}
 
     def fit_predict(self, labels, y=None, **kwargs) -> np.ndarray:
         """Fit and return ``labels_`` (n_items,)."""

@@ -551,10 +551,8 @@ class RCC(BaseFuser):
                 fit.fit(labels)
             fits[form], scores[form] = fit, average_nmi(fit.labels_, labels)
         choice = "l1" if scores["l1"] > scores[True] else True
-        learned = {k: v for k, v in vars(fits[choice]).items() if k.endswith("_")}
-        for name, value in learned.items():
-            if not name.startswith("_"):
-                setattr(self, name, value)
+        for name, value in fits[choice]._learned().items():
+            setattr(self, name, value)
         self.anmi_ = scores
         for w in caught[choice]:
             warnings.warn(w.message, w.category, stacklevel=4)
