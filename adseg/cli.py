@@ -466,13 +466,15 @@ def db_upgrade(
             "$ADSEG_DATABASE_URL, or create it once with `adseg db upgrade`"
         )
     new_file = file is not None and _create_new_file(file)
-    engine = _engine(url, create=True)
+    engine = None
     try:
+        engine = _engine(url, create=True)
         before = migrate.upgrade(engine, revision)
         after = migrate.current_revision(engine)
     except BaseException:
         if new_file:  # a failed upgrade leaves no empty database behind
-            engine.dispose()
+            if engine is not None:
+                engine.dispose()
             for suffix in ("", *SQLITE_SIDE_FILES):
                 file.with_name(file.name + suffix).unlink(missing_ok=True)
         raise
@@ -492,6 +494,23 @@ def _create_new_file(file: Path) -> bool:
     except OSError as exc:
         raise CliError(f"cannot create the SQLite database {file}: {exc.strerror}") from None
     return True
+
+
+def _them(items: list) -> str:
+    return "it" if len(items) == 1 else "them"
+
+
+def _other_table_forms(folder: Path) -> list[str]:
+    """Names of the table files in ``folder`` in a form `sample generate` does not write
+    (``advertisers.csv`` beside the ``advertisers.csv.gz`` it writes)."""
+    from adseg.ingest import SUFFIXES, TABLES
+
+    return [
+        f"{table}{suffix}"
+        for table in TABLES
+        for suffix in SUFFIXES
+        if suffix != ".csv.gz" and os.path.lexists(folder / f"{table}{suffix}")
+    ]
 
 
 @db_app.command("current")
@@ -821,6 +840,13 @@ def sample_generate(
         raise CliError(
             f"--out {out_dir} is not empty ({shown}): give a new or empty folder, or --force "
             "to write into it anyway"
+        )
+    if force and (clash := _other_table_forms(out_dir)):
+        # ingest refuses a folder with two files for one table: the sample written beside
+        # these could not be loaded from it
+        raise CliError(
+            f"--out {out_dir} holds {', '.join(clash)}: beside the .csv.gz files written here, "
+            f"ingest would find two files for one table; remove or move {_them(clash)} first"
         )
     try:
         config = MarketplaceConfig(

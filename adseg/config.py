@@ -51,7 +51,15 @@ _AMBIGUOUS_USERINFO = (
 
 def database_url(flag: str | None = None) -> str:
     """The database URL to use: the flag, else $ADSEG_DATABASE_URL, else the SQLite default."""
-    url = flag or os.environ.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL
+    env = os.environ.get(ENV_DATABASE_URL)
+    given = flag if flag is not None else env
+    if given is not None and not given.strip():
+        # `--database-url "$DB"` with DB unset: the default database is not what was meant
+        raise ValueError(
+            f"the database URL (--database-url or ${ENV_DATABASE_URL}) is empty: give one, or "
+            "leave both out for the default"
+        )
+    url = flag or env or DEFAULT_DATABASE_URL
     # never echo the URL itself: it may hold a password (mask_url's form only)
     parts = _URL_PATTERN.match(url)
     if parts is None:
@@ -73,6 +81,13 @@ def database_url(flag: str | None = None) -> str:
     if backend not in SUPPORTED_BACKENDS:
         raise ValueError(
             f"database URL: adseg runs on {' and '.join(SUPPORTED_BACKENDS)}; got {backend!r}."
+        )
+    if backend == "sqlite" and (parsed.host or parsed.username or parsed.password or parsed.port):
+        # SQLAlchemy refuses it only when connecting, in four lines, after `db upgrade` has
+        # created the file it names
+        raise ValueError(
+            f"database URL {mask_url(url)}: a SQLite URL has no host or user; write "
+            "sqlite:///relative/path.db or sqlite:////absolute/path.db"
         )
     refused = _REFUSED_QUERY_OPTIONS[backend] & {key.lower() for key in parsed.query}
     if refused:

@@ -20,8 +20,11 @@ import difflib
 import gzip
 import os
 import re
+import shutil
+import tempfile
 import zlib
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
 
@@ -211,8 +214,6 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
             raw[table] = read_table_file(path)
         except IngestError as exc:  # a rule broken while reading (rows not as wide as the header)
             problems += exc.problems
-        except UnicodeDecodeError as exc:
-            problems.append(Problem(str(path), _not_utf8(path, exc)))
         except pd.errors.EmptyDataError:
             columns = ", ".join(COLUMNS[table])
             problems.append(
@@ -247,15 +248,41 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     return batch
 
 
+@contextmanager
+def _regular_file(path: Path):
+    """``path`` itself when it is a regular file; otherwise (a named pipe, ``<(zcat …)``) a
+    temporary regular copy of what it streams, removed on exit. A CSV whose first parse fails
+    is read again to find the rows at fault, and a pipe's second read waited forever for a
+    writer that had gone. Costs the file's size in the temporary folder (``$TMPDIR``)."""
+    if path.is_file() or not path.exists():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="adseg-ingest-") as folder:
+        copy = Path(folder) / path.name
+        with open(path, "rb") as source, open(copy, "wb") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        yield copy
+
+
 def read_table_file(path: Path) -> pd.DataFrame:
     """Read one file with every column as text (CSV) or as stored (Parquet), no NA guessing.
 
     The frame is indexed 0..n-1 by position (a Parquet file's stored index is dropped, or made a
     column again if it was a named one, as ``df.set_index("auction_id")`` writes) and header names
     are stripped of surrounding spaces (``advertiser_id, name`` names the column ``name``). Raises
-    IngestError for a CSV row with more, or fewer, fields than the header."""
+    IngestError for a CSV row with more, or fewer, fields than the header, or text that is not
+    UTF-8 (naming the line and byte). A named pipe is read once (see ``_regular_file``)."""
     path = Path(path)
-    frame = _read_parquet(path) if path.name.endswith(".parquet") else _read_csv(path)
+    with _regular_file(path) as readable:
+        try:
+            if path.name.endswith(".parquet"):
+                frame = _read_parquet(readable)
+            else:
+                frame = _read_csv(readable)
+        except IngestError as exc:  # the problems name the file given, not a temporary copy
+            raise IngestError([replace(p, file=str(path)) for p in exc.problems]) from None
+        except UnicodeDecodeError as exc:
+            raise IngestError([Problem(str(path), _not_utf8(readable, exc))]) from None
     frame.columns = [_header_name(c) for c in frame.columns]
     return frame
 
@@ -268,7 +295,9 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as parquet:
-        names = parquet.schema_arrow.names
+        # the header names as read_table_file will use them: matched untrimmed, ' bid_ecpm'
+        # skipped the type checks and a boolean price was stored as 1 eCPM
+        names = [_header_name(n) for n in parquet.schema_arrow.names]
         if repeated := sorted({n for n in names if names.count(n) > 1}):
             raise IngestError([Problem(str(path), f"column(s) named twice: {', '.join(repeated)}")])
         table = parquet.read()
@@ -393,8 +422,6 @@ def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    if not path.is_file():  # a named pipe is read once, by pandas (a second read would wait)
-        return None
     try:
         table = pacsv.read_csv(
             path,
@@ -560,7 +587,7 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     adv = _text(frame["advertiser_id"])
     problems += _check_id(ids, "auction_id", file)
     problems += _check_id(adv, "advertiser_id", file)
-    ts = pd.to_datetime(frame["ts"], utc=True, errors="coerce", format="ISO8601")
+    ts = pd.to_datetime(_trimmed(frame["ts"]), utc=True, errors="coerce", format="ISO8601")
     problems += _rows_problem(file, ts.isna().to_numpy(), "ts is not an ISO-8601 timestamp")
     problems += _rows_problem(file, _outside_date_range(ts), _DATE_RANGE_RULE.format("ts"))
     bid, p = _price(frame["bid_ecpm"], "bid_ecpm", file)
@@ -714,6 +741,16 @@ def _text(series: pd.Series) -> pd.Series:
     return series.astype(object).where(series.notna(), "").astype(str).str.strip()
 
 
+def _trimmed(series: pd.Series) -> pd.Series:
+    """``series`` with its text values stripped of surrounding white space, Unicode's included
+    (a spreadsheet's no-break space: pandas' parsers strip ASCII spaces only), and every other
+    value (a Parquet timestamp, number or Decimal, a missing value) left as it is."""
+    if pd.api.types.infer_dtype(series, skipna=True) not in ("string", "mixed"):
+        return series
+    stripped = series.str.strip()
+    return stripped.where(stripped.notna(), series)
+
+
 def _id_lengths(ids: pd.Series) -> np.ndarray:
     return ids.astype(str).str.len().to_numpy()
 
@@ -750,6 +787,7 @@ def _price(series: pd.Series, column: str, file: str) -> tuple[np.ndarray, list[
     """A money column (prices in eCPM, spend in currency) as int64 micros, 0 on refused rows,
     and the problems. Text (CSV, a Parquet string or decimal column) is converted exactly, see
     ``_text_micros``; a Parquet float is binary already and is rounded to the nearest micro."""
+    series = _trimmed(series)
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
     negative = ~bad & (values < 0)

@@ -497,9 +497,17 @@ def test_sample_generate_refuses_a_folder_that_is_not_empty(tmp_path):
     assert f"--out {out} is not empty (advertisers.csv)" in result.output
     assert [p.name for p in out.iterdir()] == ["advertisers.csv"]
     assert (out / "advertisers.csv").read_text() == "real data\n"
+    # --force writes beside other files, but not beside another form of a table file: the
+    # folder would then fail to ingest ('two files for table advertisers'), so it was a sample
+    # that could not be loaded, written with exit 0 (QA)
+    result = CliRunner().invoke(app, [*args, "--quiet", "--force"])
+    assert result.exit_code == 2, result.output
+    assert f"--out {out} holds advertisers.csv: beside the .csv.gz files" in result.output
+    assert [p.name for p in out.iterdir()] == ["advertisers.csv"]
+    (out / "advertisers.csv").rename(out / "notes.csv")
     result = CliRunner().invoke(app, [*args, "--quiet", "--force"])
     assert result.exit_code == 0, result.output
-    assert (out / "config.json").exists() and (out / "advertisers.csv").read_text() == "real data\n"
+    assert (out / "config.json").exists() and (out / "notes.csv").read_text() == "real data\n"
     empty = tmp_path / "empty"
     empty.mkdir()
     result = CliRunner().invoke(app, [*args[:2], "--out", str(empty), *args[4:], "--quiet"])

@@ -140,6 +140,57 @@ def test_bad_database_urls_are_usage_errors_without_the_password(url, message):
     assert message in result.output and "s3cret" not in result.output
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite://localhost/q.db", "sqlite://u:s3cret@/q.db", "sqlite://:s3cret@/q.db"]
+)
+def test_a_sqlite_url_with_a_host_is_refused_before_any_file_is_made(url, tmp_path, monkeypatch):
+    """SQLAlchemy refused it only on connecting, in four lines, after `db upgrade` had created
+    the empty file (QA: a 0-byte q.db left behind)."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
+    assert result.exit_code == 2, result.output
+    assert "a SQLite URL has no host or user" in result.output and "s3cret" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["flag", "environment"])
+def test_an_empty_database_url_is_refused_not_the_default(where, tmp_path, monkeypatch):
+    """`--database-url "$DB"` with DB unset fell back to the default sqlite:///adseg.db in the
+    working directory (QA): a nightly meant for one database read or wrote another."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ADSEG_DATABASE_URL", raising=False)
+    if where == "flag":
+        result = runner.invoke(app, ["db", "upgrade", "--database-url", ""])
+    else:
+        monkeypatch.setenv("ADSEG_DATABASE_URL", "")
+        result = runner.invoke(app, ["db", "upgrade"])
+    assert "the database URL (--database-url or $ADSEG_DATABASE_URL) is empty" in result.output
+    assert result.exit_code == 2, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_applications_tables_are_named_and_left_alone(tmp_path):
+    """The first migration failed half-way on 'table advertisers already exists', exit 1 (QA);
+    tables under other names do not stop an upgrade (a shared PostgreSQL schema)."""
+    import sqlite3
+
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table advertisers (x int)")
+        conn.execute("create table their_table (y int)")
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", f"sqlite:///{path}"])
+    assert result.exit_code == 2, result.output
+    assert "already has table(s) named as adseg's: advertisers" in result.output
+    with sqlite3.connect(path) as conn:
+        names = sorted(r[0] for r in conn.execute("select name from sqlite_master"))
+    assert names == ["advertisers", "their_table"]
+    other = tmp_path / "shared.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("create table their_table (y int)")
+    result = runner.invoke(app, ["db", "upgrade", "-q", "--database-url", f"sqlite:///{other}"])
+    assert result.exit_code == 0, result.output
+
+
 def test_a_sqlite_path_through_a_file_says_so(tmp_path):
     """It said the folder 'does not exist' of a folder that exists as a file (QA)."""
     (tmp_path / "afile").write_text("x")
@@ -917,6 +968,66 @@ def test_parquet_columns_named_twice_or_of_impossible_types_are_refused(tmp_path
     ]
 
 
+def test_parquet_header_names_with_spaces_get_the_type_checks_too(tmp_path):
+    """Header names are trimmed, so ' bid_ecpm' is bid_ecpm; the type check matched the untrimmed
+    names, so a boolean ' bid_ecpm' skipped it and was stored as 1 eCPM (QA, exit 0); two names
+    that trim to one are a column named twice."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    directory = write_dir(tmp_path / "in", auctions=None, delivery=None)
+    auctions = pa.table(
+        {
+            "auction_id": ["a1"],
+            " advertiser_id": pa.array([{"a": 1}]),
+            "ts": [dt.datetime(2026, 3, 2)],
+            " bid_ecpm": [True],
+            "market_price_ecpm ": [1.0],
+            "won": [False],
+            "paid_ecpm": pa.nulls(1, pa.float64()),
+        }
+    )
+    _parquet(directory, "auctions", auctions)
+    file = directory / "auctions.parquet"
+    assert _problems(directory) == [
+        f"{file}: column advertiser_id has Parquet type struct<a: int64>, which cannot hold a "
+        "text value",
+        f"{file}: column bid_ecpm has Parquet type bool, which cannot hold a number value",
+    ]
+    twice = pa.Table.from_arrays(
+        [pa.array(["adv-1"]), pa.array(["A"]), pa.array(["d"]), pa.array(["B"])],
+        names=["advertiser_id", "name", "description", "name "],
+    )
+    (directory / "auctions.parquet").unlink()
+    (directory / "advertisers.csv").unlink()
+    _parquet(directory, "advertisers", twice)
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.parquet'}: column(s) named twice: name"
+    ]
+
+
+def test_values_padded_with_unicode_white_space_are_trimmed_everywhere(tmp_path):
+    """A spreadsheet's no-break space around a value is trimmed, as the README says of every
+    field: ids, dates and counts were, but timestamps and money were refused as 'not an ISO-8601
+    timestamp' and 'not a finite number' (QA)."""
+    from adseg.ingest import read_directory
+
+    nbsp = "\u00a0"
+    auctions = AUCTIONS.assign(
+        ts=[nbsp + t for t in AUCTIONS["ts"]],
+        bid_ecpm=[f"{nbsp}{v}{nbsp}" for v in AUCTIONS["bid_ecpm"]],
+        paid_ecpm=[f"{nbsp}{v}{nbsp}" if v else v for v in AUCTIONS["paid_ecpm"]],
+    )
+    delivery = DELIVERY.assign(spend=[nbsp + v for v in DELIVERY["spend"]])
+    for fmt in ("csv", "parquet"):
+        directory = write_dir(tmp_path / fmt, fmt, auctions=auctions, delivery=delivery)
+        batch = read_directory(directory)
+        plain = read_directory(write_dir(tmp_path / f"plain-{fmt}", fmt))
+        pd.testing.assert_frame_equal(batch.auctions, plain.auctions)
+        pd.testing.assert_frame_equal(batch.delivery, plain.delivery)
+
+
 def test_a_table_file_that_is_a_dangling_link_is_refused(tmp_path):
     """It was skipped as if absent: the other tables loaded and ingest exited 0."""
     directory = write_dir(tmp_path / "in", delivery=None)
@@ -1030,7 +1141,7 @@ def test_arrow_reads_the_sample_marketplace_and_refuses_what_pandas_must_report(
     latin = tmp_path / "latin.csv"
     latin.write_bytes("a,b,c\n1,\xe9,3\n".encode("latin-1"))
     assert _read_csv_arrow(latin) is None
-    with pytest.raises(UnicodeDecodeError):
+    with pytest.raises(IngestError, match="line 2 is not UTF-8"):
         read_table_file(latin)
 
 
@@ -1101,3 +1212,49 @@ def test_a_named_pipe_is_read_once(tmp_path):
         reader.join(10)
     assert not waiting
     assert result == [["1", "2"]]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_whose_csv_needs_a_second_pass_is_read_once(tmp_path):
+    """An auctions file always has an empty last field (a lost auction's paid price), which sends
+    pandas' reader to a second, streaming pass over the file to tell a short row from an empty
+    field: on a named pipe that pass opened it again and waited for ever (QA: `ingest` hung).
+    A pipe is now copied to a temporary file once; the problems still name the pipe."""
+    from adseg.ingest import IngestError, read_table_file
+
+    def read_through_pipe(text: str):
+        path = tmp_path / "auctions.csv"
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        result = []
+
+        def read():
+            try:
+                result.append(read_table_file(path))
+            except Exception as exc:
+                result.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        with open(path, "w", encoding="utf-8") as pipe:
+            pipe.write(text)
+        reader.join(10)
+        waiting = reader.is_alive()
+        if waiting:  # let a reader stuck opening the pipe a second time go
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(10)
+        assert not waiting
+        return path, result[0]
+
+    header = "auction_id,advertiser_id,ts,bid_ecpm,market_price_ecpm,won,paid_ecpm\n"
+    # a line of spaces: Arrow refuses the file and pandas reads it, with its second pass
+    rows = "a1,adv,2026-03-02T00:00:00Z,1.5,1.0,true,1.0\n   \na2,adv,2026-03-02T01:00:00Z,1,2,f,\n"
+    path, frame = read_through_pipe(header + rows)
+    assert frame["auction_id"].tolist() == ["a1", "a2"]
+    path, error = read_through_pipe(header + rows + "a3,adv\n")
+    assert isinstance(error, IngestError)
+    assert [str(p) for p in error.problems] == [
+        f"{path}: row 3: fewer fields than the 7 of the header row (a missing comma?); write "
+        "every field, an empty one as nothing between two commas"
+    ]
+    assert not list(tmp_path.glob("adseg-ingest-*"))
