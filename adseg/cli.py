@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import re
+import shlex
 import stat
 import sys
 import time
@@ -996,7 +997,11 @@ def nightly(
     )
     reports = {"html": report_html, "json": report_json}
     # before the database is opened: its own descriptors are then not yet among /dev/fd/N
-    _check_outputs({f"--report-{fmt}": path for fmt, path in reports.items()}, database_url_)
+    _check_outputs(
+        {f"--report-{fmt}": path for fmt, path in reports.items()},
+        database_url_,
+        inputs={"--truth": truth},
+    )
     engine = _engine(database_url_)
     _require_schema(engine)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
@@ -1046,10 +1051,13 @@ def nightly(
             except BrokenPipeError:
                 raise  # `--report-html /dev/stdout | head`: handle_errors ends quietly (141)
             except OSError as exc:  # checked at the door; a full disk can still happen
+                again = (
+                    f"adseg report --run {result.run_id} --format {fmt} -o {shlex.quote(str(path))}"
+                )
                 _fail(
                     f"run {result.run_id} completed and its results are stored, but the "
                     f"{fmt.upper()} report could not be written: {path}: {exc.strerror} "
-                    f"(`adseg report --run {result.run_id} --format {fmt}` writes it again)",
+                    f"(`{again}` writes it again)",
                     EXIT_FAILED,
                 )
             written.append(fmt)
@@ -1442,14 +1450,24 @@ def _write_report(engine, run_id: int, fmt: str, path: Path, *, warn: bool = Fal
     _write_atomic(path, _render_report(engine, run_id, fmt, warn=warn))
 
 
-def _check_outputs(paths: dict[str, Path | None], url_flag: str | None) -> None:
+def _check_outputs(
+    paths: dict[str, Path | None],
+    url_flag: str | None,
+    inputs: dict[str, Path | None] | None = None,
+) -> None:
     """``_check_output`` for each report path, and two rules across them: no report may be
-    written over the SQLite database (or its journal files) — a typo such as ``-o adseg.db`` for
-    ``adseg.json`` would replace every run and every ingested row with a report — and two
-    reports may not share one file (the second would silently replace the first). Files are
-    compared by name and by identity (device and inode), so a descriptor (/dev/fd/3) or a hard
-    link that is the database is caught too."""
+    written over the SQLite database (or its journal files) or over an input file of the command
+    (``inputs``, by option: ``--truth``) — a typo such as ``-o adseg.db`` for ``adseg.json``
+    would replace every run and every ingested row with a report — and two reports may not
+    share one file (the second would silently replace the first). Files are compared by name and
+    by identity (device and inode), so a descriptor (/dev/fd/3) or a hard link that is the
+    database is caught too."""
     taken: dict[str | tuple[int, int], str] = {}
+    for option, path in (inputs or {}).items():
+        if path is not None:
+            taken[os.path.realpath(path)] = f"the {option} file"
+            if (identity := _file_identity(path)) is not None:
+                taken[identity] = f"the {option} file"
     database = sqlite_file(database_url(url_flag))
     if database is not None:
         real = os.path.realpath(database)

@@ -923,6 +923,15 @@ def test_a_report_is_never_written_over_the_database_or_the_other_report(market_
     res = runner.invoke(app, [*args, str(same), "--database-url", url])
     assert res.exit_code == 2 and "also given to --report-html" in res.output, res.output
     assert not same.exists() and len(store.list_runs(loaded)) == 1
+    # the run's own --truth file: the report replaced it and the run exited 0 (QA)
+    truth = tmp_path / "truth.csv"
+    truth.write_bytes((market_dir / "truth.csv").read_bytes())
+    kept = truth.read_bytes()
+    for report in (truth, tmp_path / "." / "truth.csv"):
+        args = ["nightly", "-q", "--fuser", "l2", "--truth", str(truth), "--report-json"]
+        res = runner.invoke(app, [*args, str(report), "--database-url", url])
+        assert res.exit_code == 2 and "is the --truth file" in res.output, res.output
+    assert truth.read_bytes() == kept and len(store.list_runs(loaded)) == 1
 
 
 def test_a_stop_while_the_reports_are_written_keeps_the_completed_run(
@@ -1539,6 +1548,13 @@ def test_a_full_disk_is_a_failure_not_bad_input(engine, db_url, loaded, tmp_path
     res = runner.invoke(app, ["report", "--database-url", db_url, "-o", "/dev/full"])
     assert res.exit_code == 1, res.output
     assert "error: /dev/full: No space left on device" in res.output
+    # the hint writes the file again: it named no path, and the command it gave printed the
+    # report to standard output (QA)
+    res = runner.invoke(
+        app, ["nightly", "--database-url", db_url, "-q", "--report-json", "/dev/full"]
+    )
+    assert res.exit_code == 1, res.output
+    assert "--format json -o /dev/full` writes it again" in res.output
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     if os.access(locked, os.W_OK):  # root writes anyway: no permission error to provoke
