@@ -749,10 +749,11 @@ def ingest(
     if quiet:
         return
     table = Table(title=f"ingest {escape(str(directory))}")
-    for col in ("table", "rows", "inserted", "updated"):
+    for col in ("table", "rows", "inserted", "updated", "unchanged"):
         table.add_column(col, justify="left" if col == "table" else "right")
     for t in summary.tables:
-        table.add_row(t.table, f"{t.rows:,}", f"{t.inserted:,}", f"{t.updated:,}")
+        counts = (t.rows, t.inserted, t.updated, t.unchanged)
+        table.add_row(t.table, *(f"{c:,}" for c in counts))
     out.print(table)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else float("inf")
     # both parts: the write's rate alone read as the command's (QA: 37.5 s of 48 s)

@@ -274,6 +274,50 @@ def test_upsert_updates_changed_rows(engine, db_url, tmp_path):
     assert reads.table_counts(engine)["advertisers"] == 3
 
 
+def _updated_at(engine) -> dict[str, object]:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT advertiser_id, updated_at FROM advertisers"))
+        return dict(rows.all())
+
+
+def test_reingest_writes_only_the_rows_that_changed(engine, tmp_path):
+    """Re-ingesting the same files reported every row as 'updated' and moved every advertiser's
+    updated_at (QA): an unchanged row is now left alone and counted as unchanged, on both
+    backends; a changed row (a null paid price too) is updated and counted."""
+    from adseg.ingest import read_directory
+    from adseg.store.load import write_batch
+
+    def counts(directory):
+        summary = write_batch(engine, read_directory(directory))
+        return {t.table: (t.rows, t.inserted, t.updated, t.unchanged) for t in summary.tables}
+
+    assert counts(write_dir(tmp_path / "a")) == {
+        "advertisers": (3, 3, 0, 0),
+        "auctions": (4, 4, 0, 0),
+        "delivery": (3, 3, 0, 0),
+    }
+    stamped = _updated_at(engine)
+    assert counts(write_dir(tmp_path / "a")) == {
+        "advertisers": (3, 0, 0, 3),
+        "auctions": (4, 0, 0, 4),
+        "delivery": (3, 0, 0, 3),
+    }
+    assert _updated_at(engine) == stamped
+    advertisers = ADVERTISERS.assign(name=["Acme 2", "Beta", "Gamma & Sons"])
+    # a2 was lost, with no paid price: a null against a value must count as a change
+    auctions = AUCTIONS.assign(won=["true"] * 4, paid_ecpm=["1.2", "1.2", "0.5", "7.25"])
+    assert counts(write_dir(tmp_path / "b", advertisers=advertisers, auctions=auctions)) == {
+        "advertisers": (3, 0, 1, 2),
+        "auctions": (4, 0, 1, 3),
+        "delivery": (3, 0, 0, 3),
+    }
+    after = _updated_at(engine)
+    assert after["adv-1"] != stamped["adv-1"]
+    assert {k: after[k] for k in ("adv-2", "adv-3")} == {k: stamped[k] for k in ("adv-2", "adv-3")}
+
+
 def _bad(frame: pd.DataFrame, row: int, **changes) -> pd.DataFrame:
     frame = frame.copy()
     for col, value in changes.items():

@@ -23,10 +23,13 @@ Progress = Callable[[str, int], None]
 
 @dataclass(frozen=True)
 class TableSummary:
+    """One table's rows in a batch: new, changed, and the same as stored (left untouched)."""
+
     table: str
     rows: int
     inserted: int
     updated: int
+    unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,10 @@ def known_advertiser_ids(engine: Engine) -> set[str]:
 def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = None):
     """Upsert every table of the batch in one transaction; any error rolls everything back.
 
-    Inserted vs updated counts come from the row count before and after each table (keys are
-    unique inside a validated file, so every row is either new or an update). Rows go through the
+    A row whose key is stored already is updated only when a value differs, so re-ingesting a
+    file changes nothing (an advertiser's ``updated_at`` included) and is reported as unchanged.
+    Inserted rows come from the table's row count before and after (keys are unique inside a
+    validated file), updated ones from the rows the upsert wrote less those. Rows go through the
     driver directly (SQLite: executemany of one parameterised upsert; PostgreSQL: COPY into a
     temporary table, then one INSERT … ON CONFLICT) — the ORM's per-row work would cost ~10× more.
     """
@@ -65,40 +70,53 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
             columns = [c.name for c in model_table.columns]
             rows = _rows(frame, table, conn.dialect.name)
             if conn.dialect.name == "sqlite":
-                _upsert_sqlite(conn, table, columns, rows, progress)
+                written = _upsert_sqlite(conn, table, columns, rows, progress)
             elif conn.dialect.name == "postgresql":
-                _upsert_postgresql(conn, table, columns, rows, progress)
+                written = _upsert_postgresql(conn, table, columns, rows, progress)
             else:
                 raise NotImplementedError(
                     f"ingest supports SQLite and PostgreSQL, not {conn.dialect.name}."
                 )
             after = conn.scalar(select(func.count()).select_from(model_table))
             inserted = after - before
-            summaries.append(TableSummary(table, len(frame), inserted, len(frame) - inserted))
+            summaries.append(
+                TableSummary(table, len(frame), inserted, written - inserted, len(frame) - written)
+            )
     return IngestSummary(tuple(summaries), time.perf_counter() - t0)
 
 
-def _upsert_sql(table: str, columns: list[str], source: str) -> str:
+def _upsert_sql(table: str, columns: list[str], source: str, dialect: str) -> str:
+    """INSERT … ON CONFLICT DO UPDATE of the non-key columns, only where one of them differs
+    (null-safe; ``updated_at`` is set but not compared), so that an unchanged row is not
+    written and the statement's row count is the rows inserted or changed."""
     # identifiers come from the models, never from input; values are bound parameters
     keys = KEYS[table]
-    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in keys)
+    values = [c for c in columns if c not in keys]
+    updates = ", ".join(f"{c} = excluded.{c}" for c in values)
+    differs = " IS NOT " if dialect == "sqlite" else " IS DISTINCT FROM "
+    changed = " OR ".join(f"{table}.{c}{differs}excluded.{c}" for c in values if c != "updated_at")
     return (
         f"INSERT INTO {table} ({', '.join(columns)}) {source} "  # noqa: S608
-        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates} WHERE {changed}"
     )
 
 
-def _upsert_sqlite(conn, table, columns, rows, progress) -> None:
+def _upsert_sqlite(conn, table, columns, rows, progress) -> int:
+    """Upsert ``rows``; returns the rows inserted or changed (sqlite3 sums executemany's)."""
     placeholders = ", ".join("?" for _ in columns)
-    sql = _upsert_sql(table, columns, f"VALUES ({placeholders})")
+    sql = _upsert_sql(table, columns, f"VALUES ({placeholders})", "sqlite")
+    written = 0
     for start in range(0, len(rows), CHUNK_ROWS):
         chunk = rows[start : start + CHUNK_ROWS]
-        conn.exec_driver_sql(sql, chunk)
+        written += conn.exec_driver_sql(sql, chunk).rowcount
         if progress:
             progress(table, len(chunk))
+    return written
 
 
-def _upsert_postgresql(conn, table, columns, rows, progress) -> None:
+def _upsert_postgresql(conn, table, columns, rows, progress) -> int:
+    """Upsert ``rows`` through a COPY into a temporary table; returns the rows inserted or
+    changed."""
     staging = f"_ingest_{table}"
     cols = ", ".join(columns)
     conn.exec_driver_sql(
@@ -114,8 +132,11 @@ def _upsert_postgresql(conn, table, columns, rows, progress) -> None:
             progress(table, len(chunk))
     # identifiers are the model's own table/column names, never input
     select_staging = f"SELECT {cols} FROM {staging}"  # noqa: S608
-    conn.exec_driver_sql(_upsert_sql(table, columns, select_staging))
+    written = conn.exec_driver_sql(
+        _upsert_sql(table, columns, select_staging, "postgresql")
+    ).rowcount
     conn.exec_driver_sql(f"DROP TABLE {staging}")
+    return written
 
 
 def _rows(frame: pd.DataFrame, table: str, dialect: str) -> list[tuple]:
