@@ -1,5 +1,5 @@
-"""Input checks shared across modules: integer arguments (fusers, views, forecast, ensembles)
-and the header of a table file (ingest, the truth file)."""
+"""Input checks shared across modules: integer and real arguments (fusers, views, forecast,
+ensembles) and the header of a table file (ingest, the truth file)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,22 @@ def check_integer(name: str, value, low: int = 1) -> int:
     if value < low:
         raise ValueError(f"{name} must be an integer ≥ {low}; got {value!r}.")
     return int(value)
+
+
+def check_real(
+    name: str, value, *, low: float = 0.0, low_inclusive: bool = False, high: float | None = None
+) -> float:
+    """A fuser's real-valued parameter: TypeError unless a real number (bool refused), ValueError
+    unless finite, above ``low`` (or equal, with ``low_inclusive``) and below ``high``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r}.")
+    above = value >= low if low_inclusive else value > low
+    if not (np.isfinite(value) and above and (high is None or value < high)):
+        bound = f"{'≥' if low_inclusive else '>'} {low:g}"
+        if high is not None:
+            bound += f" and < {high:g}"
+        raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
+    return float(value)
 
 
 def check_k_range(k_range, name: str = "k_range") -> tuple[int, int]:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +65,7 @@ from scipy.sparse.linalg import LinearOperator
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
-from adseg.checks import check_integer, check_k_range
+from adseg.checks import check_integer, check_k_range, check_real
 from adseg.consensus._base import assign_labels, lanczos_solves, top_eigenvectors
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import pair_consistency
@@ -143,13 +143,12 @@ class ViewConfig:
     blas_threads: int | None = 1
 
     def __post_init__(self) -> None:
-        alphas = tuple(float(a) for a in self.alphas)
+        alphas = _sequence("ViewConfig.alphas", self.alphas)
         for a in alphas:
-            if not 0 < a < 1:
-                raise ValueError(f"ViewConfig.alphas must lie in (0, 1); got {a}.")
+            check_real("ViewConfig.alphas", a, high=1.0)  # a number in (0, 1)
         if len(set(alphas)) != len(alphas):
             raise ValueError(f"ViewConfig.alphas has duplicates: {alphas}.")
-        object.__setattr__(self, "alphas", alphas)
+        object.__setattr__(self, "alphas", tuple(float(a) for a in alphas))
         check_integer("ViewConfig.min_samples", self.min_samples, 1)
         if self.n_clusters is not None:
             check_integer("ViewConfig.n_clusters", self.n_clusters, 1)
@@ -164,7 +163,7 @@ class ViewConfig:
                 f" got {self.assign_method!r}."
             )
         check_integer("ViewConfig.n_init", self.n_init, 1)
-        ks = tuple(self.text_ks)
+        ks = _sequence("ViewConfig.text_ks", self.text_ks)
         for k in ks:
             check_integer("ViewConfig.text_ks", k, 1)
         object.__setattr__(self, "text_ks", ks)
@@ -172,8 +171,15 @@ class ViewConfig:
             check_integer("ViewConfig.text_components", self.text_components, 1)
         if self.blas_threads is not None:
             check_integer("ViewConfig.blas_threads", self.blas_threads, 1)
-        if not self.ks_memory_mb > 0:
-            raise ValueError(f"ViewConfig.ks_memory_mb must be > 0; got {self.ks_memory_mb}.")
+        check_real("ViewConfig.ks_memory_mb", self.ks_memory_mb)
+
+
+def _sequence(name: str, value) -> tuple:
+    """A config field that lists values (``alphas=(0.05,)``), as a tuple; a TypeError naming
+    the field for a single value or a string ('float' object is not iterable, QA)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of values, e.g. ({value!r},); got {value!r}.")
+    return tuple(value)
 
 
 @dataclass

@@ -562,3 +562,37 @@ def test_stopping_at_max_iter_warns_as_rcc_and_rcec_do():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         assert LTA(2).fit(labels).converged_
+
+
+def test_the_sample_svt_of_a_zero_or_scalar_gram_matrix_is_finite():
+    """With a = d and b = 0 in the 2×2 Gram matrix (a zero spectrum, or slices equal up to the
+    unit), the eigenvector gap was 0/0: NaN in every weight, an all-NaN refined matrix reported
+    as converged, then "the refined co-association matrix is zero" (SC) or a scipy error (EA) on
+    identical columns, a single column, K = 1 (QA)."""
+    from adseg.consensus.lta import _gram_svt_weights, svt_sample
+
+    weights = _gram_svt_weights(
+        np.array([0.0, 1.0]), np.array([0.0, 1.0]), np.zeros(2, complex), 0.1
+    )
+    assert all(np.all(np.isfinite(w)) for w in weights)
+    assert np.allclose(weights[0], [0.0, 0.9]) and np.allclose(weights[3], [0.0, 0.9])
+    assert np.allclose(weights[1], 0.0) and np.allclose(weights[2], 0.0)
+    for part in svt_sample(np.zeros((3, 3)), np.zeros((3, 3)), 0.1):
+        assert np.array_equal(part, np.zeros((3, 3)))
+    # the fit is finite now; on so few distinct rows "sample" smooths every difference away,
+    # which is said as such (it was reported as a zero matrix, or failed inside scipy)
+    identical = np.column_stack([np.repeat([0, 1], 2)] * 2)
+    for final in ("sc", "ea"):
+        fuser = FUSERS["lta"](n_clusters=1, orientation="sample", final=final, random_state=0)
+        assert fuser.fit_predict(identical).tolist() == [0] * 4
+        assert np.all(np.isfinite(fuser.similarity_))
+        fuser = FUSERS["lta"](n_clusters=2, orientation="sample", final=final, random_state=0)
+        with pytest.raises(ValueError, match="is constant: the low-rank step removed every"):
+            fuser.fit(identical)
+
+
+def test_one_item_is_one_cluster_with_either_final_step():
+    """final="ea" failed on one item: scipy's linkage cannot size an empty distance list (QA)."""
+    for final in ("sc", "ea"):
+        labels = FUSERS["lta"](n_clusters=1, final=final, random_state=0).fit_predict([[0, 3]])
+        assert labels.tolist() == [0]

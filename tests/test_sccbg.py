@@ -593,8 +593,9 @@ def test_fewer_connected_rows_than_clusters_still_gives_a_segmentation():
     assert fit.labels_[1] == fit.labels_[13]  # identical rows stay together
 
 
-def test_no_connected_row_at_all_gives_one_segment_not_a_crash(monkeypatch):
-    """With every row isolated (K = 0 components) the fallback asked k-means for 0 clusters."""
+def test_no_connected_row_at_all_gives_the_segments_asked_not_a_crash(monkeypatch):
+    """With every row isolated (K = 0 components) the fallback asked k-means for 0 clusters;
+    then it gave one segment for the three asked; rows are now split off to make three."""
     import adseg.consensus.sccbg as module
 
     labels = np.array([[0, 0], [0, 1], [1, 1], [1, 2], [2, 2], [2, 0]])
@@ -607,4 +608,29 @@ def test_no_connected_row_at_all_gives_one_segment_not_a_crash(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit = SCCBG(3, random_state=0).fit(labels)
-    assert fit.labels_.tolist() == [0] * 6
+    assert sorted(np.unique(fit.labels_)) == [0, 1, 2]
+    assert fit.labels_path_ == "kmeans+isolated+split"
+
+
+def test_exactly_n_clusters_when_the_graph_has_fewer_components():
+    """Three components for c = 4 sent the labels to k-means on an embedding with three distinct
+    rows: 3 clusters, with only scikit-learn's warning (QA; 2 of ~60 small random inputs). Rows
+    are now split off until there are c; a random sweep finds no shortfall."""
+    labels = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 0], [0, 0, 1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # k-means is no longer asked for more groups than points
+        fuser = SCCBG(n_clusters=4, random_state=0).fit(labels)
+    assert np.unique(fuser.labels_).size == 4 and fuser.labels_path_.endswith("+split")
+    rng = np.random.RandomState(1)
+    fitted = 0
+    for _ in range(150):
+        n, m = rng.randint(4, 14), rng.randint(1, 4)
+        sample = rng.randint(0, 3, (n, m))
+        k = rng.randint(1, np.unique(sample, axis=0).shape[0] + 1)
+        try:
+            found = SCCBG(n_clusters=k, random_state=0).fit_predict(sample)
+        except ValueError:  # more clusters than the base clusterings have: refused, clearly
+            continue
+        fitted += 1
+        assert sorted(np.unique(found)) == list(range(k)), (sample, k, found)
+    assert fitted > 100

@@ -293,6 +293,14 @@ def test_bad_input(market):
         ViewConfig(assign_method="dbscan")
     with pytest.raises(ValueError, match="blas_threads"):
         ViewConfig(blas_threads=0)
+    # a single value for a list, or a string for a number, failed with Python's words ("'float'
+    # object is not iterable", "could not convert string to float: '.'"), naming no field (QA)
+    for field, value in (("alphas", 0.05), ("alphas", "0.05"), ("text_ks", 10)):
+        with pytest.raises(TypeError, match=f"ViewConfig.{field} must be a list of values"):
+            ViewConfig(**{field: value})
+    with pytest.raises(TypeError, match="ViewConfig.ks_memory_mb must be a real number"):
+        ViewConfig(ks_memory_mb="1")
+    assert ViewConfig(alphas=[0.01, 0.1]).alphas == (0.01, 0.1)
 
 
 @pytest.mark.slow

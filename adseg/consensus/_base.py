@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
-from adseg.checks import check_integer  # noqa: F401 (the fusers' parameters)
+from adseg.checks import check_integer, check_real  # noqa: F401 (the fusers' parameters)
 from adseg.metrics import nmi
 
 MISSING = -1
@@ -204,24 +204,10 @@ def average_linkage_cut(distances: np.ndarray, n_clusters: int) -> np.ndarray:
     on four tied groups, QA). O(n²) time, the tree O(n) memory beside the input."""
     from scipy.cluster.hierarchy import cut_tree, linkage
 
+    if len(distances) == 0:  # one item, no pair: scipy cannot tell n from an empty input
+        return np.zeros(1, dtype=np.int64)
     tree = linkage(distances, method="average")
     return cut_tree(tree, n_clusters=n_clusters).ravel().astype(np.int64)
-
-
-def check_real(
-    name: str, value, *, low: float = 0.0, low_inclusive: bool = False, high: float | None = None
-) -> float:
-    """A fuser's real-valued parameter: TypeError unless a real number (bool refused), ValueError
-    unless finite, above ``low`` (or equal, with ``low_inclusive``) and below ``high``."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {value!r}.")
-    above = value >= low if low_inclusive else value > low
-    if not (np.isfinite(value) and above and (high is None or value < high)):
-        bound = f"{'≥' if low_inclusive else '>'} {low:g}"
-        if high is not None:
-            bound += f" and < {high:g}"
-        raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
-    return float(value)
 
 
 def check_flag(name: str, value) -> bool:

@@ -266,8 +266,10 @@ def _gram_svt_weights(a, d, b, tau):
     with np.errstate(divide="ignore", invalid="ignore"):
         phi1 = np.where(s1 > 0, np.maximum(s1 - tau, 0.0) / s1, 0.0)
         phi2 = np.where(s2 > 0, np.maximum(s2 - tau, 0.0) / s2, 0.0)
-        # λ₊ − a without cancellation when a ≥ d
-        gap = np.where(half >= 0, bb / (r + half), r - half)
+        # λ₊ − a without cancellation when a ≥ d; 0 when a = d and b = 0 (then r + half = 0 and
+        # bb / (r + half) was 0/0: NaN in every weight, from a zero Gram matrix too)
+        denominator = r + half
+        gap = np.where(half >= 0, bb / np.where(denominator > 0, denominator, 1.0), r - half)
         v1 = b.astype(np.complex128)
         v2 = gap.astype(np.complex128)
         norm = np.sqrt(np.abs(v1) ** 2 + np.abs(v2) ** 2)
@@ -824,6 +826,17 @@ class LTA(BaseFuser):
         S *= 0.5
         del res, P2
         self.similarity_ = S
+        if self.n_clusters > 1 and np.ptp(S) <= 1e-9 * max(float(np.abs(S).max()), 1e-300):
+            # every pair equally similar: any K-partition is as good as any other, and the
+            # labels would be the solver's round-off
+            what = "constant" if np.any(S) else "zero"
+            raise ValueError(
+                f"the refined co-association matrix is {what}: the low-rank step removed "
+                "every difference between pairs. With orientation='sample' this happens on "
+                "inputs with very few distinct label rows (e.g. clusterings that all agree); "
+                "use orientation='frontal' (the default) or a smaller lam. Otherwise the solver "
+                "stopped before its threshold fell below the spectrum: raise max_iter."
+            )
         if self.final == "sc":
             self.labels_ = spectral_labels(
                 S, self.n_clusters, random_state=self._rng, n_init=self.n_init

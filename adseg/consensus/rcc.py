@@ -170,7 +170,10 @@ def _top_eigenpairs(
     """The k largest algebraic eigenpairs of the dense symmetric B, largest first, with
     deterministic signs. ``start`` (n×k, previous H) warm-starts the iterative solvers."""
     n = B.shape[0]
-    if solver == "dense" or k >= n - 1 or (solver == "lobpcg" and n < 6 * (k + 2)):
+    # small n: LAPACK. ARPACK on a small matrix of lower rank than its Krylov space restarts
+    # from a random vector drawn from its own process-wide seed, so two fits with the same
+    # random_state gave different eigenvectors (and label numbers, QA); LOBPCG needs n ≥ 5 k
+    if solver == "dense" or k >= n - 1 or n < 6 * (k + 2):
         vals, vecs = sla.eigh(B, subset_by_index=(n - k, n - 1), driver="evr")
     elif solver == "lobpcg":
         vals, vecs = _lobpcg_top(B, k, start, rng, tol)
@@ -317,6 +320,10 @@ class RCC(BaseFuser):
     max_iter : int ≥ 1, ADMM iterations at most (a ConvergenceWarning is raised when reached).
     tol : float > 0, relative tolerance on the primal residual and on the change of H D Hᵀ.
     eigen_solver : {"auto", "dense", "subspace", "lobpcg", "arpack"}, see the module docstring.
+        "arpack" is not reproducible within a process on a B of lower rank than its Krylov
+        space (ARPACK restarts from a random vector of its own process-wide seed): use it to
+        compare solvers, not in production; "auto" uses it only for the start, from a seeded
+        vector, on more than 1,000 cells. Below 6 (K + 2) cells every solver is LAPACK's.
     n_init : int, k-means restarts for ``assign_labels="kmeans"``.
     store_error : bool, keep the final sparse error E (n×n) in ``error_`` — the pairs whose
         co-association the consensus overrides. Costs one n×n array after ``fit``.

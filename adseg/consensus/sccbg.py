@@ -419,7 +419,8 @@ class SCCBG(BaseFuser):
         ordered by clustering, then by each label's first appearance.
     labels_path_ : how labels were read: "components" (exactly c components, the paper's path),
         "merge" (K > c, merged), "kmeans" (K < c, k-means on the embedding), "trivial" (c = 1);
-        suffix "+isolated" when isolated instances were attached by co-association.
+        suffix "+isolated" when isolated instances were attached by co-association, and
+        "+split" when that left fewer than c clusters and rows were split off (``_split_to``).
     fallback_used_ : labels_path_ is not "components"/"trivial".
     n_components_found_, n_isolated_instances_, n_iter_, converged_, gamma_,
     lambda_history_, rho_history_, singular_values_ (last top c+1 σ), n_unique_rows_,
@@ -702,10 +703,13 @@ class SCCBG(BaseFuser):
             norms = np.linalg.norm(X, axis=1, keepdims=True)
             X = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
             # a small ensemble at a large c can leave fewer connected rows than c: then each
-            # gets its own cluster at most, and the isolated rows join them below (≤ c labels);
-            # with none connected (K = 0) every row is isolated and one cluster is all it can say
+            # gets its own cluster at most, and the isolated rows join them below; with none
+            # connected (K = 0) every row is isolated and starts in one cluster; _split_to then
+            # makes up the c clusters
             if keep.any():
-                n_groups = min(c, int(keep.sum()))
+                # no more groups than distinct points (k-means would warn and find fewer);
+                # _split_to below makes up the rest
+                n_groups = min(c, np.unique(X, axis=0).shape[0])
                 seed = self._rng.randint(2**31 - 1)
                 km = KMeans(n_clusters=n_groups, n_init=10, random_state=seed)
                 labels[keep] = km.fit_predict(X, sample_weight=mult[keep])
@@ -723,6 +727,11 @@ class SCCBG(BaseFuser):
                 size = np.asarray(onehot.sum(axis=1)).ravel()
                 score = (Y[isolated] @ M.T) / (m * np.maximum(size, 1.0))[None, :]
                 labels[isolated] = np.argmax(score, axis=1)  # ties → lowest label
+        if np.unique(labels).size < c:
+            # k-means on fewer distinct embedding rows than c, or isolated rows joining the few
+            # clusters there were, left fewer than the c clusters asked (QA: 3 for 4)
+            path += "+split"
+            labels = _split_to(labels, Y, mult, first, c, m)
         return labels, path, K, n_iso
 
 
@@ -749,6 +758,26 @@ def _merge_components(labels, Y, mult, K, c, m) -> np.ndarray:
     new_id = np.full(K, -1)
     new_id[kept] = np.arange(kept.size)
     return new_id[target[labels]]
+
+
+def _split_to(labels, Y, mult, first, c, m) -> np.ndarray:
+    """Labels of the u distinct rows with exactly c clusters, from fewer: one at a time, the row
+    with the lowest average co-association with the rest of its cluster (among clusters of two
+    or more rows; ties → lowest row) becomes a cluster of its own. u ≥ c, as the fuser checks
+    (n_clusters ≤ distinct label rows), so there is always a row to split off. Numbered in order
+    of the lowest original item index. O((c − found) u k)."""
+    _, labels = np.unique(labels, return_inverse=True)
+    for new in range(labels.max() + 1, c):  # loop over the missing clusters (few)
+        sums = np.zeros((new, Y.shape[1]))
+        np.add.at(sums, labels, Y * mult[:, None])
+        size = np.bincount(labels, weights=mult, minlength=new)
+        rows = np.bincount(labels, minlength=new)
+        others = sums[labels] - Y * mult[:, None]  # the rest of each row's cluster
+        with np.errstate(divide="ignore", invalid="ignore"):
+            affinity = np.einsum("ij,ij->i", Y, others) / (m * (size[labels] - mult))
+        affinity[rows[labels] < 2] = np.inf
+        labels[np.argmin(affinity)] = new
+    return _renumber(labels, first, c)
 
 
 def _renumber(labels, first, c) -> np.ndarray:
