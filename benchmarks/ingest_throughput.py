@@ -1,7 +1,9 @@
 """Ingest throughput into SQLite (and PostgreSQL when $ADSEG_TEST_POSTGRES_URL is set).
 
 Writes N synthetic auction rows (plus advertisers and delivery) as CSV.gz, then times
-(a) read + validate and (b) the transactional upsert write, first load and re-load (all updates).
+(a) read + validate and (b) the transactional upsert write: first load, a re-load of the same
+files (every row unchanged: compared, not written) and a load of files in which every row has a
+new value (every row updated).
 Result: benchmarks/results/ingest_throughput.md (``--output`` to write elsewhere; a hand-written
 section of the file is kept).
 
@@ -31,10 +33,15 @@ from adseg.store.load import write_batch
 RESULTS = Path(__file__).parent / "results" / "ingest_throughput.md"
 
 
-def make_files(directory: Path, rows: int, advertisers: int, seed: int = 0) -> None:
+def make_files(
+    directory: Path, rows: int, advertisers: int, seed: int = 0, revision: int = 0
+) -> None:
+    """The three ingest files; ``revision`` r > 0 keeps every key and changes a value of every
+    row (descriptions, bids and delivery bids raised by r)."""
     rng = np.random.default_rng(seed)
     ids = np.array([f"adv-{i:05d}" for i in range(advertisers)])
-    pd.DataFrame({"advertiser_id": ids, "name": ids, "description": "synthetic"}).to_csv(
+    description = "synthetic" if revision == 0 else f"synthetic, revision {revision}"
+    pd.DataFrame({"advertiser_id": ids, "name": ids, "description": description}).to_csv(
         directory / "advertisers.csv.gz", index=False
     )
     start = np.datetime64("2026-03-01T00:00:00")
@@ -42,6 +49,7 @@ def make_files(directory: Path, rows: int, advertisers: int, seed: int = 0) -> N
     market = np.round(rng.lognormal(0.5, 0.6, rows), 2)
     bid = np.round(rng.lognormal(0.6, 0.3, rows), 2)
     won = bid >= market
+    bid += revision  # the outcome (won, paid) stays that of the first revision
     pd.DataFrame(
         {
             "auction_id": [f"a{i:09d}" for i in range(rows)],
@@ -58,19 +66,24 @@ def make_files(directory: Path, rows: int, advertisers: int, seed: int = 0) -> N
         index=False
     )
     grid["bid_requests"] = 10000
-    grid["bid_ecpm"] = 1.5
+    grid["bid_ecpm"] = 1.5 + revision
     grid["impressions"] = 4000
     grid["spend"] = 5.0
     grid.to_csv(directory / "delivery.csv.gz", index=False)
 
 
-def measure(url: str, directory: Path) -> list[dict]:
+def measure(url: str, directory: Path, changed: Path) -> list[dict]:
     engine = make_engine(url)
     migrate.upgrade(engine)
     out = []
-    for attempt in ("first load", "re-load (all updates)"):
+    passes = {
+        "first load": directory,
+        "re-load (all unchanged)": directory,
+        "load (all updated)": changed,
+    }
+    for attempt, files in passes.items():
         t0 = time.perf_counter()
-        batch = read_directory(directory)
+        batch = read_directory(files)
         t_read = time.perf_counter() - t0
         c0 = time.process_time()
         summary = write_batch(engine, batch)
@@ -82,6 +95,8 @@ def measure(url: str, directory: Path) -> list[dict]:
                 "pass": attempt,
                 "auction rows": auctions,
                 "all rows": summary.rows,
+                "updated": sum(t.updated for t in summary.tables),
+                "unchanged": sum(t.unchanged for t in summary.tables),
                 "read+validate s": round(t_read, 2),
                 "write s": round(summary.seconds, 2),
                 "write rows/s": int(summary.rows / summary.seconds),
@@ -102,10 +117,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        files = tmp / "files"
+        files, changed = tmp / "files", tmp / "changed"
         files.mkdir()
+        changed.mkdir()
         make_files(files, args.rows, args.advertisers)
-        rows = measure(f"sqlite:///{tmp / 'bench.db'}", files)
+        make_files(changed, args.rows, args.advertisers, revision=1)
+        rows = measure(f"sqlite:///{tmp / 'bench.db'}", files, changed)
         if url := os.environ.get("ADSEG_TEST_POSTGRES_URL"):
             from sqlalchemy import text
 
@@ -114,7 +131,7 @@ def main() -> None:
                 conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
                 conn.execute(text("CREATE SCHEMA public"))
             eng.dispose()
-            rows += measure(url, files)
+            rows += measure(url, files, changed)
     table = pd.DataFrame(rows)
     postgres = " (with ADSEG_TEST_POSTGRES_URL set for the PostgreSQL rows)" if url else ""
     load = os.getloadavg()
