@@ -1135,6 +1135,20 @@ def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
                 "to forecast supply from: left out of these MAPEs",
                 markup=False,
             )
+        # a zero actual has no percentage error: MAPE averages the others (QA: the table
+        # counted them among its advertisers without a word)
+        zero = {
+            what: int(sub[f"n_zero_{what}"].max())
+            for what in ("impressions", "spend")
+            if f"n_zero_{what}" in sub
+        }
+        if any(zero.values()):
+            said = " and ".join(f"{n:,} with no {what}" for what, n in zero.items() if n)
+            out.print(
+                f"advertisers delivered nothing in the evaluation window ({said}): left out of "
+                "that MAPE (a zero actual has no percentage error)",
+                markup=False,
+            )
 
 
 def _print_left_out(fusers: list[str]) -> None:

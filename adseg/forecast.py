@@ -528,7 +528,7 @@ def samples_by_advertiser(
     if np.any(idx < 0):
         ex = auctions.loc[idx < 0, "advertiser_id"].unique()[:3].tolist()
         raise ValueError(f"auctions has rows of advertisers not in advertiser_ids, e.g. {ex}.")
-    won = auctions["won"].to_numpy().astype(bool)
+    won = _won(auctions["won"])
     out = []
     for values, keep in (
         (auctions["market_price_ecpm"].to_numpy(np.float64), np.ones(idx.size, dtype=bool)),
@@ -539,6 +539,23 @@ def samples_by_advertiser(
         cuts = np.cumsum(np.bincount(a, minlength=ids.size))[:-1]
         out.append(np.split(values[keep][order], cuts))
     return out[0], out[1]
+
+
+def _won(column: pd.Series) -> np.ndarray:
+    """The ``won`` column as (N,) bool: booleans, or integers 0/1. Text is refused, not cast:
+    ``astype(bool)`` took the string "false" (and a float NaN) for won, and lost auctions then
+    reached the cost samples as NaN prices (QA). Parse ingest files with ``adseg.ingest``."""
+    if pd.api.types.is_bool_dtype(column.dtype) and not column.isna().any():
+        return column.to_numpy(dtype=bool)
+    if pd.api.types.is_integer_dtype(column.dtype) and not column.isna().any():
+        values = column.to_numpy(dtype=np.int64)
+        if np.isin(values, (0, 1)).all():
+            return values.astype(bool)
+    raise ValueError(
+        f"auctions.won must be booleans (or 0/1) with no missing value; got dtype {column.dtype}"
+        f" (e.g. {column.iloc[0]!r} in the first row): read ingest files with adseg.ingest, "
+        "which parses true/false."
+    )
 
 
 def reference_segmentations(n: int) -> dict[str, np.ndarray]:

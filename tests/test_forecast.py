@@ -601,6 +601,13 @@ def test_samples_by_advertiser_splits_in_id_order():
     assert [c.tolist() for c in cost] == [[], [1.0, 4.5], []]
     with pytest.raises(ValueError, match="not in advertiser_ids"):
         samples_by_advertiser(auctions, ["a"])
+    as_ints = samples_by_advertiser(auctions.assign(won=[1, 0, 0, 1]), ["a", "b", "c"])
+    assert [c.tolist() for c in as_ints[1]] == [[], [1.0, 4.5], []]
+    # text (or NaN) is refused: astype(bool) took "false" for won, and the lost auctions' NaN
+    # prices then failed far away as "cost_samples[0] holds non-finite values" (QA)
+    for won in (["true", "false", "false", "true"], [1.0, np.nan, 0.0, 1.0], [1, 2, 0, 1]):
+        with pytest.raises(ValueError, match="auctions.won must be booleans"):
+            samples_by_advertiser(auctions.assign(won=won), ["a", "b"])
 
 
 SMALL = Path(__file__).resolve().parents[1] / "sample_campaigns" / "small"

@@ -385,6 +385,14 @@ def test_the_cli_table_says_how_many_advertisers_had_no_supply_forecast(capsys):
     _print_mape_tables(_stored_style_mape(n_missing_forecast=[0, 0, 1, 1]))
     text = " ".join(capsys.readouterr().out.split())
     assert "1 advertiser with no training delivery to forecast supply from" in text
+    assert "delivered nothing" not in text
+    # zero actuals are left out of MAPE: the table counted them among its advertisers silently
+    _print_mape_tables(_stored_style_mape(n_zero_impressions=[1, 1, 0, 0], n_zero_spend=[2] * 4))
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "advertisers delivered nothing in the evaluation window (1 with no impressions and 2 "
+        "with no spend): left out of that MAPE" in text
+    )
 
 
 # the options every command shows in --help, beyond the ones the README covers for all commands
