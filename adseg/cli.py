@@ -456,7 +456,7 @@ def db_upgrade(
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
-    """Create or migrate the database schema (Alembic) to the newest revision."""
+    """Create or migrate the database schema (Alembic) to REVISION (default: the newest)."""
     from adseg.store import migrate
 
     url = database_url(database_url_)
@@ -825,7 +825,8 @@ def sample_generate(
     ] = False,
     quiet: Quiet = False,
 ) -> None:
-    """Write a simulated marketplace (advertisers, auctions, delivery .csv.gz + truth.csv)."""
+    """Write a simulated marketplace (advertisers, auctions, delivery .csv.gz, truth.csv and
+    the config.json it was made with)."""
     import time
 
     from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace

@@ -1610,6 +1610,10 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     store.acquire_lock(loaded, "nightly")  # this very (live) process
     res = unlock()
     assert res.exit_code == 2 and "still exists" in res.output and "--force" in res.output
+    # a nightly beside it is told the holder is alive here, not "if that process is gone" (a
+    # gone process of this host is taken over without being asked: QA)
+    res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
+    assert res.exit_code == 75 and "its process is running on this host" in res.output
     res = unlock("--force", "--quiet")  # its id may belong to another program now: you decide
     assert res.exit_code == 0 and store.lock_holder(loaded) is None and res.output == ""
 
@@ -1617,6 +1621,7 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     res = runner.invoke(app, ["nightly", "--database-url", db_url, "-q"])
     # the hint names --force: `adseg db unlock` alone refuses such a holder (QA)
     assert res.exit_code == 75 and "`adseg db unlock --force` clears" in res.output
+    assert "held from another host" in res.output
     res = unlock()
     assert res.exit_code == 2 and "--force" in res.output
     res = unlock("--force")

@@ -346,10 +346,21 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
         # not stale: its process exists on this host, or it is another host's, which cannot
         # be checked; either way only --force clears it (it said `adseg db unlock`, which
         # then refused, QA)
+        if current.holder.rpartition(":")[0] == socket.gethostname():
+            # a gone process of this host would have been taken over above: it is alive
+            hint = (
+                "its process is running on this host; only if that process id now belongs to "
+                "another program, `adseg db unlock --force` clears the lock"
+            )
+        else:
+            hint = (
+                "held from another host, which cannot be checked from here; if that process is "
+                "gone, `adseg db unlock --force` clears the lock"
+            )
         raise RunLockedError(
             f"another {name} run is in progress ({run}, held by {current.holder} since "
             f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC); try again when it has finished "
-            "(if that process is gone, `adseg db unlock --force` clears the lock)"
+            f"({hint})"
         )
     raise RunLockedError(f"could not take the {name} lock")
 
