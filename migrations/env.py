@@ -7,7 +7,7 @@ from alembic import context
 
 from adseg.config import database_url
 from adseg.store.engine import make_engine
-from adseg.store.migrate import lock_migrations
+from adseg.store.migrate import lock_migrations, refuse_foreign_tables
 from adseg.store.models import Base
 
 config = context.config
@@ -31,6 +31,8 @@ def run_migrations_online() -> None:
             lock_migrations(connection)  # one migration at a time, till commit
             # read under the lock: a concurrent upgrade may have migrated it while we waited
             config.attributes["revision_at_lock"] = context.get_context().get_current_revision()
+            if config.attributes["revision_at_lock"] is None:
+                refuse_foreign_tables(connection)
             context.run_migrations()
         connection.commit()
 

@@ -60,27 +60,29 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
             f"the database is at {current}, newer than {revision}: `adseg db upgrade` only moves "
             "forward (restore a backup to go back)"
         )
-    if current is None and (taken := _foreign_tables(engine)):
-        raise ValueError(
-            f"the database has no adseg schema revision but already has table(s) named as "
-            f"adseg's: {', '.join(taken)} (another application's database?): point "
-            "--database-url at an empty database or an adseg one"
-        )
     cfg = _config(engine)
     command.upgrade(cfg, revision)
     use_wal(engine)  # a SQLite file created empty was filled without it
     return cfg.attributes.get("revision_at_lock", current)
 
 
-def _foreign_tables(engine: Engine) -> list[str]:
-    """Tables that an empty-revision database already has under adseg's table names (the first
-    migration would fail on them half-way with 'table … already exists'). Other tables are
-    left alone: a PostgreSQL schema may be shared with other applications."""
+def refuse_foreign_tables(connection) -> None:
+    """ValueError when a database without an adseg revision already has tables under adseg's
+    names (another application's: the first migration failed on them half-way with 'table …
+    already exists', exit 1). Other tables are left alone: a PostgreSQL schema may be shared.
+    Called by migrations/env.py under the migration lock, when the revision read there is None:
+    checked before the lock, a concurrent first upgrade's new tables looked foreign."""
     from sqlalchemy import inspect
 
     from adseg.store.models import Base
 
-    return sorted(set(inspect(engine).get_table_names()) & set(Base.metadata.tables))
+    taken = sorted(set(inspect(connection).get_table_names()) & set(Base.metadata.tables))
+    if taken:
+        raise ValueError(
+            f"the database has no adseg schema revision but already has table(s) named as "
+            f"adseg's: {', '.join(taken)} (another application's database?): point "
+            "--database-url at an empty database or an adseg one"
+        )
 
 
 def known_revisions() -> list[str]:
