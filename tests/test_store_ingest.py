@@ -266,6 +266,42 @@ def test_reingest_is_idempotent(engine, db_url, tmp_path):
         pd.testing.assert_frame_equal(a, b)
 
 
+def test_counts_are_this_ingests_own_when_another_commits_meanwhile(
+    engine, db_url, tmp_path, monkeypatch
+):
+    """Inserted rows were the table's count after less its count before: an ingest committing
+    in between made a concurrent one print 'updated -1,500' (QA). The counts are now taken under
+    the tables' write locks, so the other ingest waits for this one and then finds its rows."""
+    import adseg.store.load as load
+    from adseg.ingest import read_directory
+
+    batch = read_directory(write_dir(tmp_path / "a"))
+    other = make_engine(db_url)
+    theirs = []
+    upsert = f"_upsert_{engine.dialect.name}"
+    real = getattr(load, upsert)
+
+    def concurrent_ingest_first(conn, table, *args):
+        if not theirs:  # once, inside this ingest's transaction, after its counts began
+            theirs.append(threading.Thread(target=lambda: theirs.append(write(other))))
+            theirs[0].start()
+            theirs[0].join(2)  # it commits at once unless this ingest's locks hold it back
+        return real(conn, table, *args)
+
+    def write(bind):
+        summary = load.write_batch(bind, batch)
+        return {t.table: (t.inserted, t.updated, t.unchanged) for t in summary.tables}
+
+    monkeypatch.setattr(load, upsert, concurrent_ingest_first)
+    ours = write(engine)
+    monkeypatch.setattr(load, upsert, real)
+    theirs[0].join(30)
+    other.dispose()
+    sizes = {"advertisers": 3, "auctions": 4, "delivery": 3}
+    assert ours == {table: (n, 0, 0) for table, n in sizes.items()}
+    assert theirs[1] == {table: (0, 0, n) for table, n in sizes.items()}
+
+
 def test_upsert_updates_changed_rows(engine, db_url, tmp_path):
     assert ingest(db_url, write_dir(tmp_path / "a")).exit_code == 0
     changed = ADVERTISERS.assign(name=["Acme 2", "Beta", "Gamma & Sons"])
