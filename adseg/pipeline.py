@@ -1188,18 +1188,26 @@ def _in_source_order(frame: pd.DataFrame, run: dict) -> pd.DataFrame:
 def load_report_data(engine: Engine, run_id: int):
     """Everything a report of run ``run_id`` shows, read back from the store. Only completed runs
     are reported (a running or failed run has no visible results)."""
+    # one snapshot: read table by table, a report raced by `db prune` showed the run as
+    # completed with no results, and one raced by `forecast --run` could mix old and new (QA)
+    with reads.snapshot(engine) as conn:
+        return _report_data(conn, run_id)
+
+
+def _report_data(conn, run_id: int):
+    """:func:`load_report_data`'s reads, on one connection (a snapshot)."""
     from adseg.report import ReportData
     from adseg.views import BaseClusterings, clusters_per_view, view_consistency
 
-    run = store.get_run(engine, run_id)
+    run = store.get_run(conn, run_id)
     if run["status"] != "completed":
         raise store.RunNotFoundError(
             f"run {run_id} is {run['status']}"
             + (f" ({run['error']})" if run.get("error") else "")
             + "; only completed runs have a report."
         )
-    saved = store.read_forecast_results(engine, run_id)
-    segments = store.read_segments(engine, run_id)
+    saved = store.read_forecast_results(conn, run_id)
+    segments = store.read_segments(conn, run_id)
     sizes = (
         pd.concat(
             [
@@ -1216,14 +1224,14 @@ def load_report_data(engine: Engine, run_id: int):
     )
     views = None
     try:
-        ids, labels, columns = store.read_base_clusterings(engine, run_id)
+        ids, labels, columns = store.read_base_clusterings(conn, run_id)
         columns = columns.copy()
         alpha = columns["parameter"].str.extract(r"alpha=([0-9.eE+-]+)")[0]
         columns["alpha"] = pd.to_numeric(alpha, errors="coerce")
         views = BaseClusterings(labels, columns)
     except store.RunNotFoundError:
         pass
-    names = reads.advertisers(engine).set_index("advertiser_id")["name"].to_dict()
+    names = reads.advertisers(conn).set_index("advertiser_id")["name"].to_dict()
     kwargs = {}
     if sizes is not None:
         kwargs["segment_sizes"] = _in_source_order(

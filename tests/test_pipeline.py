@@ -1883,3 +1883,30 @@ def test_a_stop_as_a_fuser_worker_is_started_stops_that_worker_too(monkeypatch):
         for child in multiprocessing.active_children():  # what the old code left behind
             child.kill()
             child.join()
+
+
+def test_a_report_reads_one_snapshot_of_its_run(loaded, market_dir, db_url, monkeypatch):
+    """Each table was read on its own connection: a `db prune` (or `forecast --run`) committing
+    between the run's row and its results gave a report of a 'completed' run with no results
+    (QA). The report now reads one snapshot: what it shows is the run as it was."""
+    from sqlalchemy import delete
+
+    from adseg.store.engine import make_engine
+    from adseg.store.models import Forecast, Metric
+
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    real = store.get_run
+    other = make_engine(db_url)
+
+    def get_run_then_clear(bind, run_id):
+        run = real(bind, run_id)
+        with other.begin() as conn:  # another process deletes the run's results meanwhile
+            conn.execute(delete(Metric).where(Metric.run_id == run_id))
+            conn.execute(delete(Forecast).where(Forecast.run_id == run_id))
+        return run
+
+    monkeypatch.setattr(store, "get_run", get_run_then_clear)
+    data = pipeline.load_report_data(loaded, result.run_id)
+    other.dispose()
+    assert len(data.mape) > 0 and len(data.forecasts) > 0
+    assert len(store.read_forecast_results(loaded, result.run_id)["mape"]) == 0

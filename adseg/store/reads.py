@@ -37,8 +37,9 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
             conn.rollback()
 
 
-def _connect(bind: Engine | Connection):
-    """A connection to read with: a new one from an engine, or the snapshot's own."""
+def reading_connection(bind: Engine | Connection):
+    """A connection to read with: a new one from an engine, or the snapshot's own (a reader
+    given :func:`snapshot`'s connection sees the state its other reads see)."""
     return nullcontext(bind) if isinstance(bind, Connection) else bind.connect()
 
 
@@ -51,7 +52,7 @@ def query_frame(conn: Connection, stmt, columns: list[str]) -> pd.DataFrame:
 
 def table_counts(engine: Engine) -> dict[str, int]:
     """Row count of each data table."""
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         return {
             m.__tablename__: conn.scalar(select(func.count()).select_from(m))
             for m in (Advertiser, Auction, Delivery, Run)
@@ -66,7 +67,7 @@ def advertisers(engine: Engine | Connection) -> pd.DataFrame:
     advertisers is the item order of every view and fuser — the same data and seed gave other
     segments on an ICU database than on SQLite."""
     stmt = select(Advertiser.advertiser_id, Advertiser.name, Advertiser.description)
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         frame = query_frame(conn, stmt, ["advertiser_id", "name", "description"])
     return sorted_frame(frame, ["advertiser_id"])
 
@@ -82,7 +83,7 @@ def auctions(engine: Engine) -> pd.DataFrame:
         Auction.won,
         Auction.paid_micros,
     )
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         frame = query_frame(
             conn, stmt, ["auction_id", "advertiser_id", "ts", "bid", "market", "won", "paid"]
         )
@@ -114,7 +115,7 @@ def delivery(engine: Engine | Connection, start: dt.date | None = None, end: dt.
         stmt = stmt.where(Delivery.date >= start)
     if end is not None:
         stmt = stmt.where(Delivery.date <= end)
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         frame = query_frame(
             conn, stmt, ["advertiser_id", "date", "bid_requests", "bid", "impressions", "spend"]
         )
@@ -139,7 +140,7 @@ def sorted_frame(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def delivery_date_range(engine: Engine) -> tuple[dt.date, dt.date] | None:
     """First and last delivery date, or None when there is no delivery."""
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         lo, hi = conn.execute(select(func.min(Delivery.date), func.max(Delivery.date))).one()
     if lo is None:
         return None
@@ -162,7 +163,7 @@ def price_samples(
     stmt = select(Auction.advertiser_id, Auction.market_price_micros, Auction.paid_micros).where(
         Auction.ts >= lo, Auction.ts < hi
     )
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         frame = query_frame(conn, stmt, ["advertiser_id", "market", "paid"])
     ids = np.asarray(advertiser_ids, dtype=object)
     frame = frame[frame["advertiser_id"].isin(set(ids))]  # auctions of other advertisers: ignored
@@ -187,7 +188,7 @@ def window_counts(
     """What a run needs, counted without reading it (three COUNT queries): advertisers, auction
     rows in the training window (whole days, UTC) and delivery rows in the evaluation window."""
     lo, hi = _day_bounds(*train)
-    with _connect(engine) as conn:
+    with reading_connection(engine) as conn:
         return {
             "advertisers": conn.scalar(select(func.count()).select_from(Advertiser)),
             "train_auctions": conn.scalar(

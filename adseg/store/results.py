@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, Float, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Float, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adseg.store.models import (
@@ -31,7 +31,7 @@ from adseg.store.models import (
     Segment,
     SegmentCdf,
 )
-from adseg.store.reads import query_frame, sorted_frame
+from adseg.store.reads import query_frame, reading_connection, sorted_frame
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +228,8 @@ def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[in
     return list(orphans)
 
 
-def get_run(engine: Engine, run_id: int) -> dict[str, Any]:
-    with engine.connect() as conn:
+def get_run(engine: Engine | Connection, run_id: int) -> dict[str, Any]:
+    with reading_connection(engine) as conn:
         row = conn.execute(select(Run).where(Run.run_id == run_id)).mappings().first()
     if row is None:
         raise RunNotFoundError(f"run {run_id} does not exist.")
@@ -592,7 +592,7 @@ def _insert_frame(conn, model, frame: pd.DataFrame) -> None:
 
 
 def _frame(
-    engine: Engine, model, run_id: int, sources: Sequence[str] | None = None
+    engine: Engine | Connection, model, run_id: int, sources: Sequence[str] | None = None
 ) -> pd.DataFrame:
     """A run's rows of ``model``'s table, sorted by its primary key in Python (the same order on
     every database: without it the rows came in the database's order, which differs between
@@ -604,7 +604,7 @@ def _frame(
     stmt = select(*cols).where(model.run_id == run_id)
     if sources is not None:
         stmt = stmt.where(model.source.in_(list(sources)))
-    with engine.connect() as conn:
+    with reading_connection(engine) as conn:
         frame = query_frame(conn, stmt, [c.name for c in cols])
     floats = [c.name for c in cols if isinstance(c.type, Float)]
     frame = sorted_frame(frame, [c.name for c in cols if c.primary_key])
@@ -612,7 +612,7 @@ def _frame(
 
 
 def read_base_clusterings(
-    engine: Engine, run_id: int
+    engine: Engine | Connection, run_id: int
 ) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """(advertiser_ids (n,), labels (n, m), columns frame) of a run's base clusterings."""
     columns = _frame(engine, BaseClusteringColumn, run_id).sort_values("column_index")
@@ -629,7 +629,7 @@ def read_base_clusterings(
 
 
 def read_segments(
-    engine: Engine, run_id: int, sources: Sequence[str] | None = None
+    engine: Engine | Connection, run_id: int, sources: Sequence[str] | None = None
 ) -> dict[str, pd.Series]:
     """source → Series(advertiser_id → segment), of every source or of ``sources``."""
     frame = _frame(engine, Segment, run_id, sources)
@@ -639,7 +639,7 @@ def read_segments(
     }
 
 
-def read_forecast_results(engine: Engine, run_id: int) -> dict[str, pd.DataFrame]:
+def read_forecast_results(engine: Engine | Connection, run_id: int) -> dict[str, pd.DataFrame]:
     return {
         "segment_cdfs": _frame(engine, SegmentCdf, run_id).rename(columns={"bid_ecpm": "bid"}),
         "forecasts": _frame(engine, Forecast, run_id),
