@@ -1627,7 +1627,10 @@ def test_db_unlock_clears_only_locks_it_may(loaded, db_url):
     res = unlock("--force")
     assert res.exit_code == 0 and f"run {run_id} marked failed" in res.output
     assert store.lock_holder(loaded) is None
-    assert "lock cleared by `adseg db unlock`" in store.get_run(loaded, run_id)["error"]
+    error = store.get_run(loaded, run_id)["error"]
+    assert "lock cleared by `adseg db unlock`" in error
+    # another host's process may be running still: not "ended" (QA)
+    assert "lost its lock before finishing" in error and "ended" not in error
 
 
 def _bare_run(engine, lock: tuple[str, str] | None = None) -> int:

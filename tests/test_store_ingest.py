@@ -184,6 +184,11 @@ def test_another_applications_tables_are_named_and_left_alone(tmp_path):
     with sqlite3.connect(path) as conn:
         names = sorted(r[0] for r in conn.execute("select name from sqlite_master"))
     assert names == ["advertisers", "their_table"]
+    view = tmp_path / "view.db"  # a view under an adseg name failed half-way too, exit 1
+    with sqlite3.connect(view) as conn:
+        conn.execute("create view runs as select 1 as x")
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", f"sqlite:///{view}"])
+    assert result.exit_code == 2 and "named as adseg's: runs" in result.output, result.output
     other = tmp_path / "shared.db"
     with sqlite3.connect(other) as conn:
         conn.execute("create table their_table (y int)")

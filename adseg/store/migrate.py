@@ -67,8 +67,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
 
 
 def refuse_foreign_tables(connection) -> None:
-    """ValueError when a database without an adseg revision already has tables under adseg's
-    names (another application's: the first migration failed on them half-way with 'table …
+    """ValueError when a database without an adseg revision already has tables (or views) under
+    adseg's names (another application's: the first migration failed on them half-way with 'table …
     already exists', exit 1). Other tables are left alone: a PostgreSQL schema may be shared.
     Called by migrations/env.py under the migration lock, when the revision read there is None:
     checked before the lock, a concurrent first upgrade's new tables looked foreign."""
@@ -76,7 +76,9 @@ def refuse_foreign_tables(connection) -> None:
 
     from adseg.store.models import Base
 
-    taken = sorted(set(inspect(connection).get_table_names()) & set(Base.metadata.tables))
+    inspector = inspect(connection)
+    names = set(inspector.get_table_names()) | set(inspector.get_view_names())
+    taken = sorted(names & set(Base.metadata.tables))
     if taken:
         raise ValueError(
             f"the database has no adseg schema revision but already has table(s) named as "
@@ -94,7 +96,8 @@ def known_revisions() -> list[str]:
 def _unknown_message(current: str) -> str:
     return (
         f"the database is at schema revision {current}, which this adseg does not know (its "
-        f"newest is {head_revision()}): a newer adseg migrated it; upgrade adseg"
+        f"newest is {head_revision()}): a newer adseg migrated it (upgrade adseg), or it is "
+        "another application's database that also uses Alembic (point --database-url elsewhere)"
     )
 
 

@@ -389,15 +389,13 @@ def release_lock(engine: Engine, name: str, holder: str) -> None:
             _held_here.discard(_lock_key(engine, name))
 
 
-def _abandon(engine: Engine, stale: LockHolder, why: str = "") -> None:
-    """Clear a lock whose process is gone; its run (if any) is marked failed, results deleted."""
+def _abandon(engine: Engine, stale: LockHolder, why: str = "", *, ended: bool = True) -> None:
+    """Clear a lock whose process is gone (``ended``) or is being cleared by force; its run (if
+    any) is marked failed, results deleted."""
     if stale.run_id is not None:
-        fail_run(
-            engine,
-            stale.run_id,
-            f"abandoned: process {stale.holder} ended without finishing the run{why}",
-            {},
-        )
+        # a forced clear does not know that the process ended: it may be running still (QA)
+        what = "ended without finishing the run" if ended else "lost its lock before finishing"
+        fail_run(engine, stale.run_id, f"abandoned: process {stale.holder} {what}{why}", {})
     release_lock(engine, stale.name, stale.holder)
 
 
@@ -429,7 +427,8 @@ def _clear_lock(engine: Engine, name: str, force: bool) -> LockHolder | None:
             f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC) and adseg cannot tell whether that "
             "process still runs; if it does not, clear the lock with --force"
         )
-    _abandon(engine, current, " (lock cleared by `adseg db unlock`)")
+    stale = _is_stale(engine, current)
+    _abandon(engine, current, " (lock cleared by `adseg db unlock`)", ended=stale)
     return current
 
 
