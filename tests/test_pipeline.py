@@ -1913,3 +1913,15 @@ def test_a_report_reads_one_snapshot_of_its_run(loaded, market_dir, db_url, monk
     other.dispose()
     assert len(data.mape) > 0 and len(data.forecasts) > 0
     assert len(store.read_forecast_results(loaded, result.run_id)["mape"]) == 0
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_primary_fusers_refusal_names_the_fuser_and_the_run_terms(n_jobs):
+    """'run 3 failed: n_clusters must be smaller than n_items=4 for TRCE; got 4.' named neither
+    the option nor the advertisers (QA): the fuser and the segments asked of how many
+    advertisers now come first; an alternative fuser's failure is recorded as before."""
+    labels = np.column_stack([np.arange(4), np.array([0, 0, 1, 1])])
+    with pytest.raises(ValueError, match=r"primary fuser trce \(4 segments asked of 4 "):
+        pipeline.fuse(labels, ["trce", "l2"], 4, seed=0, primary="trce", n_jobs=n_jobs)
+    fusion = pipeline.fuse(labels, ["l2", "trce"], 4, seed=0, primary="l2", n_jobs=n_jobs)
+    assert fusion.errors["trce"].startswith("ValueError: n_clusters must be smaller")
