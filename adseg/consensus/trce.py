@@ -41,7 +41,10 @@ the model reads as "linked to nobody" in that clustering.
 When the learned graph does not end with exactly ``n_clusters`` components (spec §3.9),
 ``on_mismatch`` decides; the default ``"repair"`` first runs more iterations with γ frozen (only
 the ρ rule acts), then forces exactly ``n_clusters`` clusters, so a nightly job always gets the
-number of segments it asked for. ``labels_path_`` records which path produced the labels.
+number of segments it asked for. DEVIATION: spec §3.9–3.10 recommends ``"return"`` (the
+components as they are, the paper's behaviour), which is kept as an option; a segmentation with
+another number of segments than asked would break the nightly's comparison of sources at one K.
+``labels_path_`` records which path produced the labels.
 
 Cost per iteration: O(n² (Σ_k c_k + c)) time (two n×n×Σc_k products, O(n²) vectorised Newton and
 projection passes) plus the eigensolver (dense subset solver O(n³), fast in practice for
