@@ -106,6 +106,9 @@ class ViewConfig:
     alphas : significance levels of the KS graphs, each in (0, 1); one base clustering per α and
         KS view.
     min_samples : advertisers with fewer samples of a kind are left out of that view (label -1).
+        Default 5 here, for the library's small inputs; the nightly passes its own
+        ``--min-samples`` (``NightlyConfig.min_samples``, default 20), so a direct call with the
+        defaults leaves out fewer advertisers than the nightly does.
     n_clusters : clusters per KS graph; None = chosen by ``k_selection`` within ``k_range``.
     k_range : (k_min, k_max) searched (capped at the number of advertisers - 1). k_min = 1 lets
         a view without community structure (Bethe-Hessian count 1, e.g. identical price

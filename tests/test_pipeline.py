@@ -1925,3 +1925,21 @@ def test_a_primary_fusers_refusal_names_the_fuser_and_the_run_terms(n_jobs):
         pipeline.fuse(labels, ["trce", "l2"], 4, seed=0, primary="trce", n_jobs=n_jobs)
     fusion = pipeline.fuse(labels, ["l2", "trce"], 4, seed=0, primary="l2", n_jobs=n_jobs)
     assert fusion.errors["trce"].startswith("ValueError: n_clusters must be smaller")
+
+
+def test_left_out_advertisers_join_the_segment_with_the_nearest_pooled_samples():
+    """A single-view source gives an advertiser its KS view left out (-1, too few samples) the
+    segment whose pooled samples are nearest by the KS statistic; one with no sample at all
+    stays -1 (the global c.d.f.). Checked against a brute-force scipy ks_2samp search."""
+    from scipy.stats import ks_2samp
+
+    rng = np.random.default_rng(3)
+    low, high = (lambda n: rng.normal(1.0, 0.2, n)), (lambda n: rng.normal(3.0, 0.2, n))
+    samples = [low(40), low(40), high(40), high(40), high(3), low(4), np.array([])]
+    labels = np.array([7, 7, 3, 3, -1, -1, -1])
+    got = pipeline.attach_excluded(labels, samples)
+    pools = {s: np.concatenate([samples[i] for i in np.flatnonzero(labels == s)]) for s in (3, 7)}
+    for i in (4, 5):
+        assert got[i] == min(pools, key=lambda s: ks_2samp(samples[i], pools[s]).statistic)
+    assert got.tolist() == [7, 7, 3, 3, 3, 7, -1]
+    assert pipeline.attach_excluded(np.full(3, -1), samples[:3]).tolist() == [-1, -1, -1]
