@@ -280,12 +280,20 @@ def test_solver_objective_beats_the_obvious_feasible_points(solved, orientation)
 
 
 def test_e_step_zeroes_the_gradient():
+    """The solver's own E-step (``_Iterates``, spec §3.2 Eq. 15) minimises its term of the
+    augmented Lagrangian: λ‖E‖² + (μ/2)‖P2 + E − A + L2/μ‖², gradient 2λE + μ(P2 + E − A + L2/μ),
+    is zero at the E it writes (it recomputed the formula before, QA)."""
+    from adseg.consensus.lta import _Iterates
+
     rng = np.random.default_rng(5)
-    A, P2, L2 = rng.random((3, 6, 6))
+    A, P1, P2, L1, L2, L3 = rng.random((6, 6, 6))
+    E, B, C, W1, W2 = np.zeros((5, 6, 6))
+    valid = np.ones((6, 6), dtype=bool)
     lam, mu = 0.002, 3.7
-    E = (mu * (A - P2) - L2) / (2 * lam + mu)  # the solver's formula (Eq. 15)
-    grad = 2 * lam * E + mu * (P2 + E - A + L2 / mu)
-    assert np.abs(grad).max() < 1e-12
+    steps = _Iterates(A, valid, valid, P1, P2, E, B, C, L1, L2, L3, W1, W2)
+    steps.e_step_and_projection_targets(mu, tau=0.1, lam=lam)
+    grad = 2 * lam * steps.E + mu * (P2 + steps.E - A + L2 / mu)
+    assert np.abs(grad).max() < 1e-12 and np.any(steps.E != 0)
 
 
 def test_solver_is_deterministic(solved):
