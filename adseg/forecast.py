@@ -1064,12 +1064,28 @@ def segment_sizes(
 
 
 def cdf_grid(samples: SampleSet, size: int = 101, upper_quantile: float = 0.995) -> np.ndarray:
-    """Bid grid for tabulating c.d.f.s: ``size`` points from 0 to the ``upper_quantile`` of all
-    samples (the far tail is dropped so a few outliers do not flatten every plot)."""
-    if samples.values.size == 0:
+    """Bid grid for tabulating c.d.f.s: ``size`` points from 0 to the largest advertiser's
+    ``upper_quantile`` among the advertisers whose price scale is typical: on the log scale,
+    within 5 scaled MADs of the advertisers' median. The far tail is dropped so that a few
+    outliers do not flatten every plot; the quantile of all samples pooled did not do that when
+    the outliers were advertisers with many samples (two of 120 logging prices ×1000, a unit
+    error, put the top at 2,370 eCPM against a median price of 1.87, and every curve was at 0.99
+    by the first grid step: QA). O(N log N) for N samples (one sort)."""
+    has = samples.counts > 0
+    if not has.any():
         return np.linspace(0.0, 1.0, size)
-    top = float(np.quantile(samples.values, upper_quantile))
-    return np.linspace(0.0, top if top > 0 else 1.0, size)
+    order = np.lexsort((samples.values, samples.owner))  # by advertiser, then by value
+    starts = (np.cumsum(samples.counts) - samples.counts)[has]
+    at = starts + np.floor(upper_quantile * (samples.counts[has] - 1)).astype(np.int64)
+    tops = samples.values[order][at]  # each advertiser's upper_quantile (lower order statistic)
+    tops = tops[tops > 0]
+    if tops.size == 0:
+        return np.linspace(0.0, 1.0, size)
+    logs = np.log(tops)
+    centre = np.median(logs)
+    spread = 1.4826 * np.median(np.abs(logs - centre))
+    typical = tops[np.abs(logs - centre) <= 5.0 * spread + 1e-12]
+    return np.linspace(0.0, float(typical.max()), size)
 
 
 def segment_cdf_table(

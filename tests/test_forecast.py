@@ -863,3 +863,22 @@ def test_forecasts_that_could_not_be_made_are_left_out_and_counted():
     s = score_forecasts(frame).iloc[0]
     assert s["n_missing_forecast"] == 1 and s["n_advertisers"] == 1
     assert np.isfinite(s["spend_mape"])
+
+
+def test_the_cdf_grid_ignores_advertisers_logging_prices_in_the_wrong_unit():
+    """The grid's top was the 0.995 quantile of all samples pooled: two of 120 advertisers
+    logging prices ×1000 (the simulator's unit_market fault) put it at ~2,300 eCPM against a
+    median price near 2, and every segment's curve was at 0.99 by the first step (QA). The top
+    is now the largest typical advertiser's 0.995 quantile: the same with or without them, and
+    at or above every typical advertiser's."""
+    from adseg.forecast import cdf_grid
+
+    rng = np.random.default_rng(0)
+    typical = [rng.lognormal(0.6, 0.5, 2000) for _ in range(118)]
+    faulty = [rng.lognormal(0.6, 0.5, 2000) * 1000 for _ in range(2)]
+    clean = cdf_grid(SampleSet(typical))
+    np.testing.assert_array_equal(cdf_grid(SampleSet(typical + faulty)), clean)
+    assert clean[-1] >= max(np.quantile(s, 0.995, method="lower") for s in typical)
+    assert clean[-1] < 20 and clean.size == 101 and clean[0] == 0.0
+    for empty in ([np.array([]), np.array([])], [np.zeros(3)]):
+        assert cdf_grid(SampleSet(empty))[-1] == 1.0
