@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from adseg.bench import Ensemble, evaluate, kmeans_ensembles
 from adseg.consensus.l2 import KC, L2CC
 from adseg.consensus.rcc import RCC
-from adseg.datasets import load_dataset, load_reuters10
+from adseg.datasets import dataset_path, datasets_dir, load_dataset, load_reuters10
 
 __all__ = [
     "PAPER_TABLE2",
@@ -83,6 +83,18 @@ def default_methods() -> dict[str, FuserFactory]:
         "rcc (l1)": lambda k, s: RCC(k, normalize="l1", random_state=s),
         "rcc (auto)": lambda k, s: RCC(k, normalize="auto", random_state=s),
     }
+
+
+def check_table2_name(name: str) -> None:
+    """Refuse a set ``load_table2_features`` cannot read, before any work (ValueError for a
+    path-like name, FileNotFoundError for a missing file): reuters10 is its texts, the rest
+    ``NAME.npz``."""
+    if name == "reuters10":
+        path = datasets_dir() / "reuters10.tsv.gz"
+        if not path.exists():
+            raise FileNotFoundError(f"no benchmark data set 'reuters10' at {path}.")
+        return
+    dataset_path(name)
 
 
 def load_table2_features(
@@ -227,7 +239,9 @@ def format_table2(
     digits: int = 3,
 ) -> str:
     """Markdown table: one row per (dataset, preprocessing), ACC mean ± std per method, the paper's
-    k-means / KC / L2CC / RCC beside them, and a final row with the mean ACC over the sets."""
+    k-means / KC / L2CC / RCC beside them, and a final row with the mean ACC over the sets (one
+    per preprocessing when the frame has several: a mean over raw and standardised rows together
+    counted each set twice, QA)."""
     summ = summarize_table2(frame)
     if methods is None:
         methods = list(dict.fromkeys(summ["method"]))
@@ -237,15 +251,18 @@ def format_table2(
     if paper:
         head += [f"paper {c}" for c in paper_cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    means: dict[str, list[float]] = {m: [] for m in methods}
+    preps = list(dict.fromkeys(summ["preprocessing"]))
+    means = {p: {m: [] for m in methods} for p in preps}
+    sets: dict[str, list[str]] = {p: [] for p in preps}
     for (name, prep), part in summ.groupby(["dataset", "preprocessing"], sort=False):
+        sets[prep].append(name)
         row = [name, prep, str(int(frame.loc[frame["dataset"] == name, "n_items"].iloc[0]))]
         by = part.set_index("method")
         for m in methods:
             if m in by.index:
                 mu, sd = by.loc[m, "acc_mean"], by.loc[m, "acc_std"]
                 row.append(f"{mu:.{digits}f} ± {sd:.{digits}f}")
-                means[m].append(float(mu))
+                means[prep][m].append(float(mu))
             else:
                 row.append("—")
         if paper:
@@ -253,15 +270,18 @@ def format_table2(
             for c in paper_cols:
                 row.append(f"{vals[PAPER_COLUMNS.index(c)]:.2f}" if vals else "—")
         lines.append("| " + " | ".join(row) + " |")
-    foot = ["**mean**", "", ""] + [
-        f"**{np.mean(v):.{digits}f}**" if v else "—" for v in means.values()
-    ]
-    if paper:
-        sets = list(dict.fromkeys(summ["dataset"]))
-        for c in paper_cols:
-            vals = [PAPER_TABLE2[s][PAPER_COLUMNS.index(c)] for s in sets if s in PAPER_TABLE2]
-            foot.append(f"{np.mean(vals):.3f}" if vals else "—")
-    lines.append("| " + " | ".join(foot) + " |")
+    for prep in preps:
+        label = "**mean**" if len(preps) == 1 else f"**mean ({prep})**"
+        foot = [label, "", ""] + [
+            f"**{np.mean(v):.{digits}f}**" if v else "—" for v in means[prep].values()
+        ]
+        if paper:
+            for c in paper_cols:
+                vals = [
+                    PAPER_TABLE2[n][PAPER_COLUMNS.index(c)] for n in sets[prep] if n in PAPER_TABLE2
+                ]
+                foot.append(f"{np.mean(vals):.3f}" if vals else "—")
+        lines.append("| " + " | ".join(foot) + " |")
     return "\n".join(lines)
 
 

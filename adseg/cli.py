@@ -1723,7 +1723,7 @@ def bench_consensus(
         list[str] | None, typer.Option(help="raw and/or standardized (repeatable).")
     ] = None,
     seed: Annotated[
-        int, typer.Option(help="Base seed (repetition r uses seed + r).", min=0, max=2**32 - 1000)
+        int, typer.Option(help="Base seed (repetition r uses seed + r).", min=0, max=2**32 - 1)
     ] = 0,
     method: Annotated[
         list[str] | None,
@@ -1740,7 +1740,14 @@ def bench_consensus(
 ) -> None:
     """The paper's Table 2 protocol (seed 003): ACC of k-means, KC, l2 and rcc on the benchmark
     data sets in ../shared/datasets, items shuffled with recorded seeds."""
-    from adseg.bench_table2 import TABLE2_DATASETS, default_methods, format_table2, run_table2
+    from adseg.bench_table2 import (
+        PREPROCESSING,
+        TABLE2_DATASETS,
+        check_table2_name,
+        default_methods,
+        format_table2,
+        run_table2,
+    )
     from adseg.datasets import datasets_dir
 
     methods = default_methods()
@@ -1749,9 +1756,26 @@ def bench_consensus(
             f"--method {unknown[0]!r} is not a Table 2 column; choose from "
             + ", ".join(repr(m) for m in methods)
         )
+    if unknown := [p for p in preprocessing or [] if p not in PREPROCESSING]:
+        raise CliError(f"--preprocessing must be raw or standardized; got {unknown[0]!r}")
+    # every check before the first fit: a bad name after a good one failed minutes in (QA)
+    for option, values in (
+        ("--dataset", dataset),
+        ("--method", method),
+        ("--preprocessing", preprocessing),
+    ):
+        if values and (twice := sorted({v for v in values if values.count(v) > 1})):
+            raise CliError(f"{option} {twice[0]!r} is given twice (its runs would be pooled)")
+    if seed + repetitions - 1 > 2**32 - 1:
+        raise CliError(
+            f"--seed + --repetitions - 1 must be at most 2**32 - 1 (repetition r uses seed + r); "
+            f"got {seed} + {repetitions} - 1"
+        )
     datasets_dir()  # a clear error when the shared data are absent
-    _check_output(output, "--output")
     names = dataset or list(TABLE2_DATASETS)
+    for name in names:
+        check_table2_name(name)
+    _check_output(output, "--output")
     progress = None if quiet else (lambda line: err.print(f"[dim]… {line}[/dim]"))
     with _one_blas_thread():
         frame = run_table2(

@@ -62,9 +62,21 @@ class Dataset:
 
 def load_dataset(name: str) -> Dataset:
     """Load ``NAME.npz`` (features, multi-view or pool); see shared/datasets/README.md."""
+    return _load(dataset_path(name), name)
+
+
+def dataset_path(name: str) -> Path:
+    """The file of the benchmark set ``name``: ValueError for a name that is a path (it read
+    files outside the data folder, ``../datasets/iris``), FileNotFoundError for no such set."""
+    if not name or Path(name).name != name or name.startswith("."):
+        raise ValueError(f"a benchmark data set is named by its file's stem (iris); got {name!r}.")
     path = datasets_dir() / f"{name}.npz"
     if not path.exists():
         raise FileNotFoundError(f"no benchmark data set {name!r} at {path}.")
+    return path
+
+
+def _load(path: Path, name: str) -> Dataset:
     with np.load(path, allow_pickle=False) as z:
         keys = set(z.files)
         y = np.asarray(z["y"]).astype(np.int64).ravel()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -286,6 +287,63 @@ def test_bench_consensus_refuses_an_unknown_column():
     assert res.exit_code == 2
     assert "--method 'rcc (l3)' is not a Table 2 column" in res.output
     assert "'rcc (auto)'" in res.output  # the valid names are listed
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dataset", "iris", "--dataset", "nope"], "no benchmark data set 'nope'"),
+        (["--dataset", "../datasets/iris"], "named by its file's stem (iris)"),
+        (["--dataset", "iris", "--dataset", "iris"], "--dataset 'iris' is given twice"),
+        (["--method", "KC", "--method", "KC"], "--method 'KC' is given twice"),
+        (["--preprocessing", "raw", "--preprocessing", "bogus"], "got 'bogus'"),
+        (["--seed", str(2**32 - 1000), "--repetitions", "1001"], "--seed + --repetitions - 1"),
+    ],
+)
+def test_bench_consensus_refuses_bad_options_before_any_fit(args, message, shared_datasets):
+    """A bad set, mode or seed after a good one failed only after the good one had run (minutes
+    with the defaults), a path read a file outside the data folder, and a set or column given
+    twice pooled its runs silently (QA)."""
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    with mock.patch("adseg.bench_table2.run_table2") as run:
+        res = CliRunner().invoke(app, ["bench", "consensus", "-q", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    run.assert_not_called()
+
+
+def test_the_table_has_one_mean_row_per_preprocessing():
+    """With raw and standardised rows in one frame, the mean row averaged all of them: each set
+    counted twice, a number no results file reports (QA)."""
+    import pandas as pd
+
+    from adseg.bench_table2 import format_table2
+
+    rows = [
+        {
+            "dataset": d,
+            "preprocessing": p,
+            "method": "rcc",
+            "repetition": r,
+            "acc": acc,
+            "n_items": 10,
+            "seconds": 0.1,
+            "error": None,
+        }
+        for d, p, acc in (
+            ("wine", "raw", 0.6),
+            ("zoo", "raw", 0.8),
+            ("wine", "standardized", 0.9),
+            ("zoo", "standardized", 0.7),
+        )
+        for r in range(2)
+    ]
+    text = format_table2(pd.DataFrame(rows), paper=False)
+    assert "| **mean (raw)** |  |  | **0.700** |" in text
+    assert "| **mean (standardized)** |  |  | **0.800** |" in text
+    assert "| **mean** |" in format_table2(pd.DataFrame(rows[:4]), paper=False)
 
 
 def test_set_means_count_text_sets_in_every_mode_and_refuse_partial_means():
