@@ -409,6 +409,18 @@ def _png(fig) -> str:
     return f'<img alt="plot" src="data:image/png;base64,{data}">'
 
 
+def _cdf_plot_note(data: ReportData, source: str, max_segments: int) -> str:
+    """What the c.d.f. plot shows: it said "the 12 largest segments" of a source with 5 (QA)."""
+    n = data.segment_cdfs.loc[data.segment_cdfs["source"] == source, "segment"].nunique()
+    if n == 0:
+        return ""
+    if n <= max_segments:
+        which = "its segment" if n == 1 else f"all {n} of its segments"
+    else:
+        which = f"the {int(max_segments)} largest of its {n} segments"
+    return f'<p class="note">Pooled c.d.f.s of {which} (the paper\'s Figure 1).</p>'
+
+
 def _cdf_plot(data: ReportData, source: str, max_segments: int) -> str:
     from matplotlib.figure import Figure
 
@@ -602,10 +614,7 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
 
     if primary is not None:
         parts.append(f"<h2>Segment bid landscapes — {_e(primary)}</h2>")
-        parts.append(
-            f'<p class="note">Pooled c.d.f.s of the {int(max_segments)} largest segments '
-            "(the paper's Figure 1).</p>"
-        )
+        parts.append(_cdf_plot_note(data, primary, max_segments))
         parts.append(_cdf_plot(data, primary, max_segments))
 
         sizes = data.segment_sizes[data.segment_sizes["source"] == primary]

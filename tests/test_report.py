@@ -441,3 +441,18 @@ def test_db_unlock_force_help_names_both_cases_the_readme_gives():
     program): the error of `db unlock` says so, and the help said only "another host"."""
     [force] = [p for p in _cli_command("db", "unlock").params if "--force" in p.opts]
     assert "another host" in force.help and "this host" in force.help
+
+
+def test_the_cdf_plot_note_says_how_many_segments_it_draws():
+    """It said "the 12 largest segments" of a source with 5 (QA)."""
+    from adseg.report import _cdf_plot_note
+
+    def note(n_segments, max_segments=12):
+        cdfs = pd.DataFrame({"source": "rcc", "segment": np.arange(n_segments)})
+        return _cdf_plot_note(
+            ReportData(run={}, mape=pd.DataFrame(), segment_cdfs=cdfs), "rcc", max_segments
+        )
+
+    assert "all 5 of its segments" in note(5)
+    assert "the 12 largest of its 30 segments" in note(30)
+    assert "its segment " in note(1) and note(0) == ""
