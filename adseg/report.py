@@ -556,7 +556,9 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         "code version": run.get("code_version"),
         "primary source": primary,
     }
-    parts.append(_table(pd.DataFrame({"": list(meta), "value": list(meta.values())}), cls="meta"))
+    parts.append(
+        _table(pd.DataFrame({"run": list(meta), "value": list(meta.values())}), cls="meta")
+    )
     params = run.get("parameters") or {}
     if params:
         parts.append("<h2>Parameters</h2>")
@@ -606,11 +608,15 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
             f"--run {rid}</code> then <code>adseg forecast --run {rid}</code>.</p>"
         )
     parts.extend(_fuser_remarks(params))
+    parts.append("<h3>The paper's MAPE</h3>")
     parts.append(
         '<p class="note">The paper\'s numbers (Tables 6–7; 1,268 advertisers, one week), '
         "for orientation only — a different marketplace:</p>"
     )
-    parts.append(_table(PAPER_MAPE, {"impressions_mape": "pct", "spend_mape": "pct"}))
+    # display names, as the run's own tables have (it showed impressions_mape, QA)
+    shown = {"impressions_mape": "impressions MAPE", "spend_mape": "spend MAPE"}
+    paper = PAPER_MAPE.rename(columns=shown)
+    parts.append(_table(paper, dict.fromkeys(shown.values(), "pct")))
 
     if primary is not None:
         parts.append(f"<h2>Segment bid landscapes — {_e(primary)}</h2>")

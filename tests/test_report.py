@@ -95,6 +95,10 @@ def test_html_is_self_contained_and_escapes_advertiser_text(data):
     for section in ("MAPE", "Segment bid landscapes", "Segment sizes", "Table 5", "Table 4"):
         assert section in page
     assert "74.21%" in page  # the consistency table shows percentages
+    # the paper's table has its own heading and display names (it showed impressions_mape, QA)
+    paper = page[page.index("<h3>The paper's MAPE</h3>") :]
+    assert "<th>impressions MAPE</th><th>spend MAPE</th>" in paper.split("</table>")[0]
+    assert "impressions_mape" not in page and "<th></th>" not in page  # every header named
 
 
 def test_html_escapes_a_hostile_source_name_and_run_id():
