@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from adseg.bench import Ensemble, evaluate, kmeans_ensembles
 from adseg.consensus.l2 import KC, L2CC
 from adseg.consensus.rcc import RCC
-from adseg.datasets import dataset_path, datasets_dir, load_dataset, load_reuters10
+from adseg.datasets import REUTERS10_SUFFIX, dataset_path, load_dataset, load_reuters10
 
 __all__ = [
     "PAPER_TABLE2",
@@ -89,12 +89,7 @@ def check_table2_name(name: str) -> None:
     """Refuse a set ``load_table2_features`` cannot read, before any work (ValueError for a
     path-like name, FileNotFoundError for a missing file): reuters10 is its texts, the rest
     ``NAME.npz``."""
-    if name == "reuters10":
-        path = datasets_dir() / "reuters10.tsv.gz"
-        if not path.exists():
-            raise FileNotFoundError(f"no benchmark data set 'reuters10' at {path}.")
-        return
-    dataset_path(name)
+    dataset_path(name, REUTERS10_SUFFIX if name == "reuters10" else ".npz")
 
 
 def load_table2_features(

@@ -497,10 +497,6 @@ def _create_new_file(file: Path) -> bool:
     return True
 
 
-def _them(items: list) -> str:
-    return "it" if len(items) == 1 else "them"
-
-
 def _other_table_forms(folder: Path) -> list[str]:
     """Names of the table files in ``folder`` in a form `sample generate` does not write
     (``advertisers.csv`` beside the ``advertisers.csv.gz`` it writes)."""
@@ -847,9 +843,10 @@ def sample_generate(
     if force and (clash := _other_table_forms(out_dir)):
         # ingest refuses a folder with two files for one table: the sample written beside
         # these could not be loaded from it
+        them = "it" if len(clash) == 1 else "them"
         raise CliError(
             f"--out {out_dir} holds {', '.join(clash)}: beside the .csv.gz files written here, "
-            f"ingest would find two files for one table; remove or move {_them(clash)} first"
+            f"ingest would find two files for one table; remove or move {them} first"
         )
     try:
         config = MarketplaceConfig(

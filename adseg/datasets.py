@@ -65,12 +65,13 @@ def load_dataset(name: str) -> Dataset:
     return _load(dataset_path(name), name)
 
 
-def dataset_path(name: str) -> Path:
-    """The file of the benchmark set ``name``: ValueError for a name that is a path (it read
-    files outside the data folder, ``../datasets/iris``), FileNotFoundError for no such set."""
+def dataset_path(name: str, suffix: str = ".npz") -> Path:
+    """The file ``name + suffix`` of the benchmark set ``name``: ValueError for a name that is a
+    path (it read files outside the data folder, ``../datasets/iris``), FileNotFoundError for no
+    such set."""
     if not name or Path(name).name != name or name.startswith("."):
         raise ValueError(f"a benchmark data set is named by its file's stem (iris); got {name!r}.")
-    path = datasets_dir() / f"{name}.npz"
+    path = datasets_dir() / f"{name}{suffix}"
     if not path.exists():
         raise FileNotFoundError(f"no benchmark data set {name!r} at {path}.")
     return path
@@ -99,9 +100,13 @@ def _load(path: Path, name: str) -> Dataset:
         return Dataset(name, y, views=tuple(views))
 
 
+REUTERS10_SUFFIX = ".tsv.gz"
+"""Reuters-10 is stored as its texts, not as features."""
+
+
 def load_reuters10() -> tuple[list[str], np.ndarray]:
     """The raw Reuters-10 texts and their 0-based classes (8,008 documents)."""
-    path = datasets_dir() / "reuters10.tsv.gz"
+    path = dataset_path("reuters10", REUTERS10_SUFFIX)
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         frame = pd.read_csv(fh, sep="\t")
     codes, _ = pd.factorize(frame["label"], sort=True)

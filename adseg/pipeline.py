@@ -404,14 +404,14 @@ def fuse(
         try:
             segmentations[name], seconds[name], found = outcome()
         except Exception as exc:
-            if name == primary and type(exc) is ValueError:
-                # the fuser's own words name none of the run ("n_clusters must be smaller than
-                # n_items=4 for TRCE"): say which fuser, and what its terms are here (QA)
-                raise ValueError(
-                    f"primary fuser {name} ({n_segments} segments asked of "
-                    f"{labels.shape[0]} advertisers): {exc}"
-                ) from exc
             if name == primary:
+                if type(exc) is ValueError:
+                    # the fuser's own words name none of the run ("n_clusters must be smaller
+                    # than n_items=4 for TRCE"): say which fuser, and its terms here (QA)
+                    raise ValueError(
+                        f"primary fuser {name} ({n_segments} segments asked of "
+                        f"{labels.shape[0]} advertisers): {exc}"
+                    ) from exc
                 raise
             errors[name] = f"{type(exc).__name__}: {exc}"
             log.warning("fuser %s failed and is skipped: %s", name, errors[name])

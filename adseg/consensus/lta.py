@@ -674,6 +674,15 @@ def lta_refine_cells(
 # ---------------------------------------------------------------------------------------------
 
 
+_NO_STRUCTURE = (
+    "the refined co-association matrix is {}: the low-rank step removed every difference "
+    "between pairs. With orientation='sample' this happens on inputs with very few distinct "
+    "label rows (e.g. clusterings that all agree); use orientation='frontal' (the default) or a "
+    "smaller lam. Otherwise the solver stopped before its threshold fell below the spectrum: "
+    "raise max_iter."
+)
+
+
 def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init: int = 20):
     """Ours-SC: Ng–Jordan–Weiss on W = max(S + Sᵀ, 0): the c largest eigenvectors of
     D^{-1/2} W D^{-1/2}, rows normalised, k-means with ``n_init`` restarts. Invariant to scaling
@@ -682,13 +691,7 @@ def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init
     np.maximum(W, 0.0, out=W)
     deg = W.sum(axis=1)
     if not deg.max() > 0:
-        raise ValueError(
-            "the refined co-association matrix is zero: the low-rank step removed every "
-            "entry. With orientation='sample' this happens on inputs with very few distinct "
-            "label rows (e.g. clusterings that all agree); use orientation='frontal' (the "
-            "default) or a smaller lam. Otherwise the solver stopped before its threshold fell "
-            "below the spectrum: raise max_iter."
-        )
+        raise ValueError(_NO_STRUCTURE.format("zero"))
     scale = np.zeros_like(deg)
     np.divide(1.0, np.sqrt(deg), out=scale, where=deg > 0)
     W *= scale[:, None]
@@ -829,14 +832,7 @@ class LTA(BaseFuser):
         if self.n_clusters > 1 and np.ptp(S) <= 1e-9 * max(float(np.abs(S).max()), 1e-300):
             # every pair equally similar: any K-partition is as good as any other, and the
             # labels would be the solver's round-off
-            what = "constant" if np.any(S) else "zero"
-            raise ValueError(
-                f"the refined co-association matrix is {what}: the low-rank step removed "
-                "every difference between pairs. With orientation='sample' this happens on "
-                "inputs with very few distinct label rows (e.g. clusterings that all agree); "
-                "use orientation='frontal' (the default) or a smaller lam. Otherwise the solver "
-                "stopped before its threshold fell below the spectrum: raise max_iter."
-            )
+            raise ValueError(_NO_STRUCTURE.format("constant" if np.any(S) else "zero"))
         if self.final == "sc":
             self.labels_ = spectral_labels(
                 S, self.n_clusters, random_state=self._rng, n_init=self.n_init

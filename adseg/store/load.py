@@ -29,7 +29,10 @@ class TableSummary:
     rows: int
     inserted: int
     updated: int
-    unchanged: int = 0
+
+    @property
+    def unchanged(self) -> int:
+        return self.rows - self.inserted - self.updated
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,7 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
                 )
             after = conn.scalar(select(func.count()).select_from(model_table))
             inserted = after - before
-            summaries.append(
-                TableSummary(table, len(frame), inserted, written - inserted, len(frame) - written)
-            )
+            summaries.append(TableSummary(table, len(frame), inserted, written - inserted))
     return IngestSummary(tuple(summaries), time.perf_counter() - t0)
 
 

@@ -346,7 +346,7 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
         # not stale: its process exists on this host, or it is another host's, which cannot
         # be checked; either way only --force clears it (it said `adseg db unlock`, which
         # then refused, QA)
-        if current.holder.rpartition(":")[0] == socket.gethostname():
+        if _on_this_host(current):
             # a gone process of this host would have been taken over above: it is alive
             hint = (
                 "its process is running on this host; only if that process id now belongs to "
@@ -413,9 +413,10 @@ def _clear_lock(engine: Engine, name: str, force: bool) -> LockHolder | None:
     current = lock_holder(engine, name)
     if current is None:
         return None
-    host, _, pid = current.holder.rpartition(":")
-    here = host == socket.gethostname()
-    if here and not force and not _is_stale(engine, current):
+    pid = current.holder.rpartition(":")[2]
+    here = _on_this_host(current)
+    stale = _is_stale(engine, current)
+    if here and not force and not stale:
         raise RunLockedError(
             f"the {name} lock is held by process {pid} on this host, which still exists; if it "
             f"is a running adseg, stop it (kill -TERM {pid}) rather than clear its lock; if its "
@@ -427,7 +428,6 @@ def _clear_lock(engine: Engine, name: str, force: bool) -> LockHolder | None:
             f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC) and adseg cannot tell whether that "
             "process still runs; if it does not, clear the lock with --force"
         )
-    stale = _is_stale(engine, current)
     _abandon(engine, current, " (lock cleared by `adseg db unlock`)", ended=stale)
     return current
 
@@ -452,12 +452,17 @@ def _lock_key(engine: Engine, name: str) -> tuple[str, str]:
     return engine.url.render_as_string(hide_password=True), name
 
 
+def _on_this_host(lock: LockHolder) -> bool:
+    """Whether ``lock``'s holder ("host:pid") is a process of this host."""
+    return lock.holder.rpartition(":")[0] == socket.gethostname()
+
+
 def _is_stale(engine: Engine, lock: LockHolder) -> bool:
     """Whether ``lock``'s holder is certainly gone: a process of this host that no longer
     exists, or one with this process's own id that this process does not hold (a container
     restarted in a fresh PID namespace gets the same ids, adseg often pid 1)."""
-    host, _, pid = lock.holder.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    pid = lock.holder.rpartition(":")[2]
+    if not _on_this_host(lock) or not pid.isdigit():
         return False  # another machine's process: we cannot tell, so respect it
     if int(pid) == os.getpid():
         return _lock_key(engine, lock.name) not in _held_here
