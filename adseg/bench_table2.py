@@ -70,18 +70,19 @@ FuserFactory = Callable[[int, int], object]
 
 
 def default_methods() -> dict[str, FuserFactory]:
-    """The fusers of the table: KC, l2 and rcc at their defaults (normalised co-association), and
-    the unnormalised forms (the paper's Eq. 10 M̃) as the evidence for the normalisation default,
-    rcc on the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``), and rcc choosing between the
-    two by ANMI (``normalize="auto"``)."""
+    """The fusers of the table: KC, l2 and rcc at their defaults (l2: the normalised
+    co-association; rcc: ``normalize="auto"``, which fits its normalised and its equal-l1-mass
+    forms and keeps the one with the higher ANMI), the unnormalised forms (the paper's Eq. 10 M̃)
+    as the evidence for normalising, and rcc's two forms alone: ``normalize=True`` (the default
+    before 2026-11-25) and the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``)."""
     return {
         "KC": lambda k, s: KC(k, random_state=s),
         "l2": lambda k, s: L2CC(k, random_state=s),
         "rcc": lambda k, s: RCC(k, random_state=s),
         "l2 (unnormalised)": lambda k, s: L2CC(k, normalize=False, random_state=s),
         "rcc (unnormalised)": lambda k, s: RCC(k, normalize=False, random_state=s),
+        "rcc (normalised)": lambda k, s: RCC(k, normalize=True, random_state=s),
         "rcc (l1)": lambda k, s: RCC(k, normalize="l1", random_state=s),
-        "rcc (auto)": lambda k, s: RCC(k, normalize="auto", random_state=s),
     }
 
 

@@ -1727,7 +1727,7 @@ def bench_consensus(
         typer.Option(
             "--method",
             help="Fuser column(s) to run (repeatable; default all: KC, l2, rcc, their "
-            "unnormalised forms, rcc (l1), rcc (auto)).",
+            "unnormalised forms, rcc (normalised), rcc (l1)).",
         ),
     ] = None,
     output: Annotated[

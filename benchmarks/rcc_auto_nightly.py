@@ -1,10 +1,10 @@
-"""rcc's normalisations on the nightly's own base clusterings: the default (True), "l1" and "auto"
+"""rcc's normalisations on the nightly's own base clusterings: the default ("auto"), True and "l1"
 against l2, by forecast MAPE and ARI vs the true segments, over marketplaces and seeds.
 
 The Table 2 sets and the k-means pools are not the product's ensembles; this runs the nightly
 pipeline (benchmarks/nightly_seeds.py's ``one_run``: a fresh SQLite database per marketplace,
 actual supply, the paper's pooled segment c.d.f.s) with four fusers: rcc, l2, and rcc with
-``normalize="l1"`` and ``"auto"``, registered for this process only as "rcc-l1" and "rcc-auto"
+``normalize=True`` and ``"l1"``, registered for this process only as "rcc-normalised" and "rcc-l1"
 (the fuser workers are forked, so they see the registration). Runs: the default marketplace
 with pipeline seeds 0..S-1 and marketplaces +1..+M with seed 0, as nightly_seeds.py.
 
@@ -34,10 +34,10 @@ from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rcc_auto_nightly.md"
-SOURCES = ("rcc", "rcc-l1", "rcc-auto", "l2")
+SOURCES = ("rcc", "rcc-normalised", "rcc-l1", "l2")
 
 
-def _rcc_with(form: str) -> type[RCC]:
+def _rcc_with(form: bool | str) -> type[RCC]:
     """RCC with ``normalize=form`` as its default, for the pipeline's ``cls(n_clusters,
     random_state)``."""
 
@@ -58,7 +58,7 @@ def _paired(frame: pd.DataFrame, metric: str, a: str, b: str) -> str:
 
 def main() -> None:
     args = nightly_seeds.run_arguments(__doc__.splitlines()[0], RESULTS).parse_args()
-    FUSERS["rcc-l1"], FUSERS["rcc-auto"] = _rcc_with("l1"), _rcc_with("auto")
+    FUSERS["rcc-normalised"], FUSERS["rcc-l1"] = _rcc_with(True), _rcc_with("l1")
     nightly_seeds.FUSERS = SOURCES
     plan = nightly_seeds.run_plan(args.seeds, args.markets)
     frames, t0, load0 = [], time.perf_counter(), os.getloadavg()[0]
@@ -81,7 +81,12 @@ def main() -> None:
     pairs = [
         f"| {a} − {b} | {_paired(frame, 'impressions_mape', a, b)} | "
         f"{_paired(frame, 'spend_mape', a, b)} |"
-        for a, b in (("rcc-auto", "rcc"), ("rcc-l1", "rcc"), ("rcc-auto", "l2"), ("rcc", "l2"))
+        for a, b in (
+            ("rcc", "rcc-normalised"),
+            ("rcc-l1", "rcc-normalised"),
+            ("rcc", "l2"),
+            ("rcc-normalised", "l2"),
+        )
     ]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
@@ -95,7 +100,8 @@ def main() -> None:
             "",
             "Runs: the default marketplace with pipeline seeds 0..S-1 and the next marketplaces "
             "with seed 0 (as nightly_seeds.md); actual supply, segment c.d.f.s (the paper's "
-            'method). rcc-l1 / rcc-auto = `RCC(normalize="l1" / "auto")`.',
+            'method). rcc = the default, `RCC(normalize="auto")` since 2026-11-25; '
+            'rcc-normalised / rcc-l1 = `RCC(normalize=True / "l1")`.',
             "",
             "| source | impressions MAPE % | spend MAPE % | ARI vs truth |",
             "|---|---|---|---|",

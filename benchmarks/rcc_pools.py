@@ -1,4 +1,4 @@
-"""rcc (normalize=True, the default), rcc (normalize="l1"), rcc (normalize="auto") and l2 on the
+"""rcc's forms (normalize=True, "l1" and "auto", the default since 2026-11-25) and l2 on the
 literature's k-means pools.
 
 Per pool and seed s = 0, 1, 2: 10 columns of the pool drawn with numpy's default_rng(s), K = the
@@ -36,8 +36,8 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # ConvergenceWarning of the l1 form is reported as n_iter
     print(
-        "| pool | n | g (distinct rows) | l2 | rcc | rcc (l1) | rcc (auto) | auto chose l1 "
-        "| rcc n_iter | rcc (l1) n_iter |"
+        "| pool | n | g (distinct rows) | l2 | rcc (normalised) | rcc (l1) | rcc (auto, default) "
+        "| auto chose l1 | rcc (normalised) n_iter | rcc (l1) n_iter |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.pools:

@@ -35,10 +35,13 @@ see the ``mu`` parameter for why); stop when ||R||_F ≤ tol ||M̃||_F and
 Labels: k-means on the row-normalised rows of H (spec §4), or the deterministic ``cluster_qr``
 rounding.
 
-Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2}.
-The default is chosen by the evidence in benchmarks/results/consensus_table2.md (both forms on
-the eight Table 2 sets) and the synthetic unbalanced case of the spec; "l1" (equal l1 mass per
-cluster) and "auto" (both, the one with the higher ANMI kept) are options; see ``normalize``.
+Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2},
+"l1" the form with equal l1 mass per cluster, and the default "auto" fits both and keeps the
+labels with the higher ANMI with the base clusterings (no ground truth). The default is chosen by
+the evidence (2026-11-25): over the eight Table 2 sets "auto" is the rcc form whose mean ACC is at
+or above l2's with both raw and standardised features, and the best rcc form on the literature's
+pools; it costs both fits (benchmarks/results/consensus_table2.md, rcc_pools.md,
+rcc_auto_nightly.md). ``normalize=True`` is the fast form, half the time; see ``normalize``.
 
 Cells (exact reduction). Items with identical label rows ("cells" of the meet of the base
 clusterings) have identical rows and columns in M̃, so M̃ = P M̃_g Pᵀ with P the n×g cell
@@ -291,7 +294,7 @@ class RCC(BaseFuser):
     Parameters
     ----------
     n_clusters : int, K, number of consensus clusters (1 ≤ K ≤ n_items).
-    normalize : bool, "l1" or "auto", default True. True fuses the normalised-cut form
+    normalize : bool, "l1" or "auto", default "auto". True fuses the normalised-cut form
         D^{-1/2} M̃ D^{-1/2} (spec §2), False M̃ itself, "l1" the form d̄ D^{-1} M̃ D^{-1} (our
         PROPOSAL; the mean degree d̄ puts it on the True form's scale, so that the absolute
         μ_max means the same for both). Why: a cluster of s items is a block of s² entries ≈ 1
@@ -302,9 +305,10 @@ class RCC(BaseFuser):
         cluster the same l1 mass. "auto" fits both True and "l1" (each exactly as alone, same
         ``random_state``) and keeps the labels with the higher average NMI with the base
         clusterings (``average_nmi``; ties keep True): a label-free choice between the two l1
-        fits, at the cost of both (about twice the time of True). Default True (the spec's
-        form); the evidence for each form is in benchmarks/results/consensus_table2.md and
-        rcc_pools.md.
+        fits, at the cost of both (about twice the time of True). Default "auto" (since
+        2026-11-25; True before): it fixes zoo's merged small classes where they hurt and keeps
+        the True form where it agrees better with the inputs; the evidence for each form is in
+        benchmarks/results/consensus_table2.md, rcc_pools.md and rcc_auto_nightly.md.
     weights : array-like (n_clusterings,) or None, per-clustering weights w_v ≥ 0 of M̃.
     assign_labels : {"kmeans", "cluster_qr"}, rounding of H to labels (spec §4).
     rho : float > 1, growth factor of the penalty μ.
@@ -361,7 +365,7 @@ class RCC(BaseFuser):
         self,
         n_clusters: int = 2,
         *,
-        normalize: bool | str = True,
+        normalize: bool | str = "auto",
         weights=None,
         assign_labels: str = "kmeans",
         rho: float = 1.1,
