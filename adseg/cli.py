@@ -174,6 +174,46 @@ def _forecast_options(**options: str) -> dict[str, str]:
     return options
 
 
+FuserOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fuser-option",
+        metavar="FUSER.PARAM=VALUE",
+        help="A fuser's parameter (repeatable), e.g. rcc.normalize=true (rcc's normalised form "
+        'alone: half its default\'s time). VALUE is JSON (true, 1e-5, "l1") or else text.',
+    ),
+]
+
+
+def _fuser_options(texts: list[str] | None) -> dict[str, dict]:
+    """``--fuser-option FUSER.PARAM=VALUE`` values as {fuser: {parameter: value}}, checked by
+    :func:`adseg.consensus.check_fuser_options` before any work; CliError naming the option.
+    VALUE is read as JSON where it parses (true/True, 3, 1e-5, [0.1, 1]), else kept as text."""
+    import json
+
+    from adseg.consensus import check_fuser_options
+
+    options: dict[str, dict] = {}
+    for text in texts or []:
+        name, dot, rest = text.partition(".")
+        param, equals, value = rest.partition("=")
+        if not (dot and equals and name.strip() and param.strip()):
+            raise CliError(
+                f"--fuser-option must be FUSER.PARAM=VALUE, e.g. rcc.normalize=true; got {text!r}"
+            )
+        literal = {"true": True, "false": False, "none": None}.get(value.strip().lower(), value)
+        if literal is value:
+            try:
+                literal = json.loads(value)
+            except ValueError:
+                literal = value
+        options.setdefault(name.strip(), {})[param.strip()] = literal
+    try:
+        return check_fuser_options(options)
+    except ValueError as exc:
+        raise CliError(f"--fuser-option: {exc}") from None
+
+
 class CliError(Exception):
     """A failure to report as one line and an exit code (no traceback)."""
 
@@ -945,6 +985,7 @@ def nightly(
         ),
     ] = None,
     primary: Annotated[str, typer.Option(help="The fuser whose segments are the product.")] = "rcc",
+    fuser_option: FuserOption = None,
     segments: Annotated[
         int | None,
         typer.Option(
@@ -994,6 +1035,7 @@ def nightly(
         supply_engine=supply_engine,
         spend_price=spend_price,
     )
+    options = _fuser_options(fuser_option)
     reports = {"html": report_html, "json": report_json}
     # before the database is opened: its own descriptors are then not yet among /dev/fd/N
     _check_outputs(
@@ -1011,6 +1053,7 @@ def nightly(
         seed=seed,
         min_samples=min_samples,
         truth_path=str(truth) if truth else None,
+        fuser_options=options,
         **forecast_options,
     )
     config.fuser_names()  # validate names before taking the lock
@@ -1278,6 +1321,7 @@ def segment_command(
         ),
     ] = None,
     seed: RunSeed = None,
+    fuser_option: FuserOption = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -1288,6 +1332,7 @@ def segment_command(
     from adseg.pipeline import NightlyConfig, run_segment
     from adseg.store.results import RunLockedError, RunNotFoundError
 
+    options = _fuser_options(fuser_option)
     engine = _engine(database_url_)
     _require_schema(engine)
     names = tuple(fuser) if fuser else None
@@ -1296,6 +1341,7 @@ def segment_command(
         primary_fuser=(names or ("rcc",))[0],
         n_segments=segments,
         seed=_run_seed(engine, run, seed),
+        fuser_options=options,
     )
     config.fuser_names()
     try:

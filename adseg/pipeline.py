@@ -31,7 +31,13 @@ from threadpoolctl import threadpool_limits
 
 from adseg import __version__
 from adseg.checks import header_columns
-from adseg.consensus import FUSERS, canonical_name, count_label_groups, describe_registered
+from adseg.consensus import (
+    FUSERS,
+    canonical_name,
+    check_fuser_options,
+    count_label_groups,
+    describe_registered,
+)
 from adseg.forecast import FORECAST_CHOICES, ForecastResult, evaluate_sources
 from adseg.interrupts import (
     STOP_SIGNALS,
@@ -109,12 +115,18 @@ class NightlyConfig:
     truth_path: str | None = None
     blas_threads: int | None = 1
     n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    # {fuser: {parameter: value}}, constructor arguments beside n_clusters and random_state
+    # (``--fuser-option rcc.normalize=true``); checked by fuser_names()
+    fuser_options: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def fuser_names(self) -> list[str]:
         """Registered fusers to run, the primary first if not named, each under its canonical
         name (``spcc`` is stored and reported as ``sccbg``: one fuser, one source name from run
-        to run). Raises ValueError for an unknown name or one fuser named twice."""
+        to run). Raises ValueError for an unknown name, one fuser named twice, or a fuser option
+        :func:`check_fuser_options` refuses."""
+        if self.fuser_options:
+            self.fuser_options = check_fuser_options(self.fuser_options)
         names = list(dict.fromkeys(self.fusers)) if self.fusers else _unique_fusers()
         unknown = [n for n in names if n not in FUSERS]
         if unknown:
@@ -349,8 +361,9 @@ def _forecast_choices(config: NightlyConfig) -> dict[str, str]:
     return {name: getattr(config, name) for name in FORECAST_CHOICES}
 
 
-def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
-    """One fuser's labels, wall seconds and notes (runs in a worker process when n_jobs > 1).
+def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict):
+    """One fuser's labels, wall seconds and notes (runs in a worker process when n_jobs > 1);
+    ``options`` are its constructor arguments beside n_clusters and random_state.
 
     The notes are the fit's warnings, each once (a solver at its iteration limit, k-means
     finding fewer distinct clusters), and a line when the labels hold fewer segments than
@@ -360,7 +373,7 @@ def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int):
     t0 = time.perf_counter()
     with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = cls(n_clusters=n_segments, random_state=seed).fit_predict(labels)
+        result = cls(n_clusters=n_segments, random_state=seed, **options).fit_predict(labels)
     seconds = round(time.perf_counter() - t0, 3)
     notes = [first_line(str(w.message)).strip() for w in caught]
     found = np.unique(result[result >= 0]).size
@@ -391,14 +404,18 @@ def fuse(
     primary: str,
     progress: Progress | None = None,
     n_jobs: int = 1,
+    options: dict | None = None,
 ) -> Fusion:
     """Stage 3: every fuser on the base clusterings (a :class:`Fusion`); a failing alternative
     fuser is recorded and skipped, a failing primary fuser raises, a fuser's notes are logged.
 
-    ``n_jobs`` > 1 runs the fusers in that many worker processes (each with one BLAS thread):
-    they are independent, and the slowest (lta, rcc) dominate, so two cores nearly halve the
-    stage. Memory: each worker holds its own fuser's n×n arrays."""
+    ``options`` ({fuser: {parameter: value}}, checked by :func:`check_fuser_options`) are
+    passed to the fusers' constructors. ``n_jobs`` > 1 runs the fusers in that many worker
+    processes (each with one BLAS thread): they are independent, and the slowest (lta, rcc)
+    dominate, so two cores nearly halve the stage. Memory: each worker holds its own fuser's
+    n×n arrays."""
     segmentations, seconds, errors, notes = {}, {}, {}, {}
+    options = options or {}
 
     def record(name, outcome):
         try:
@@ -426,22 +443,29 @@ def fuse(
         for name in names:
             if progress:
                 progress(f"fusing with {name}")
-            record(name, lambda name=name: _fit_one(name, labels, n_segments, seed))
+            record(
+                name,
+                lambda name=name: _fit_one(name, labels, n_segments, seed, options.get(name, {})),
+            )
         return Fusion(segmentations, seconds, errors, notes)
     if progress:
         progress(f"fusing with {', '.join(names)} ({n_jobs} processes)")
     # slowest first, so the two workers finish close together (costs measured at n = 1,268)
     slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
     # closing(): a failing primary fuser raised by record() stops the other workers at once
-    with closing(_fit_in_processes(slow_first, labels, n_segments, seed, n_jobs)) as finished:
+    fits = _fit_in_processes(slow_first, labels, n_segments, seed, n_jobs, options)
+    with closing(fits) as finished:
         for name, outcome in finished:
             record(name, outcome)
     in_order = {n: segmentations[n] for n in names if n in segmentations}
     return Fusion(in_order, seconds, errors, {n: notes[n] for n in names if n in notes})
 
 
-def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, poll: float = 0.5):
-    """Fit the fusers ``names`` in at most ``n_jobs`` worker processes at a time; yields
+def _fit_in_processes(
+    names, labels, n_segments: int, seed: int, n_jobs: int, options: dict, poll: float = 0.5
+):
+    """Fit the fusers ``names`` (with their ``options``) in at most ``n_jobs`` worker processes
+    at a time; yields
     (name, outcome) as each finishes, outcome() returning (labels, seconds) or raising the
     worker's exception.
 
@@ -464,7 +488,7 @@ def _fit_in_processes(names, labels, n_segments: int, seed: int, n_jobs: int, po
             while waiting and len(running) < n_jobs:
                 name = waiting.pop(0)
                 receive, send = multiprocessing.Pipe(duplex=False)
-                args = (send, name, labels, n_segments, seed)
+                args = (send, name, labels, n_segments, seed, options.get(name, {}))
                 worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
                 # deferred: a stop raised in an at-fork hook printed a traceback. The worker is
                 # counted as running inside: a stop delivered as the block ends left it out of
@@ -505,11 +529,13 @@ def _worker_outcome(name: str, receive, worker) -> Callable:
     return lambda: payload
 
 
-def _fuser_worker(send, name: str, labels: np.ndarray, n_segments: int, seed: int) -> None:
+def _fuser_worker(
+    send, name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict
+) -> None:
     """A worker process's body: one fuser's (labels, seconds), or its exception, sent back."""
     _worker_init()
     try:
-        message = ("ok", _fit_one(name, labels, n_segments, seed))
+        message = ("ok", _fit_one(name, labels, n_segments, seed, options))
     except Exception as exc:
         message = ("error", exc)
     try:
@@ -845,7 +871,14 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with _timed(timings, "fuse", progress):
         fusion = fuse(
-            labels, names, n_segments, config.seed, config.primary(), progress, config.n_jobs
+            labels,
+            names,
+            n_segments,
+            config.seed,
+            config.primary(),
+            progress,
+            config.n_jobs,
+            config.fuser_options,
         )
         segmentations = single_view_segmentations(
             labels,
@@ -1029,7 +1062,9 @@ def run_segment(
         ids, labels, columns = store.read_base_clusterings(engine, run_id)
         k = choose_n_segments(columns, labels, asked.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
-        fusion = fuse(labels, names, k, config.seed, config.primary(), progress)
+        fusion = fuse(
+            labels, names, k, config.seed, config.primary(), progress, 1, config.fuser_options
+        )
         fused, errors = fusion.segmentations, fusion.errors
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
         win, cost = reads.price_samples(engine, ids, train_start, train_end)
@@ -1108,7 +1143,8 @@ def _segment_parameters(
     none); the truth ARIs of the replaced and dropped segmentations are replaced by
     ``truth_ari`` (the new segments' own, when the run has a truth segmentation); so are the
     errors and notes (``resolved.fuser_errors`` / ``fuser_notes``) of the fusers ``ran`` now, by
-    ``fusion``'s, while those of fusers not re-run still describe the segments they kept."""
+    ``fusion``'s, while those of fusers not re-run still describe the segments they kept; so are
+    their ``fuser_options``."""
     renamed = {f: canonical_name(f) for f in dropped if f in FUSERS and f != canonical_name(f)}
     fusers = list(dict.fromkeys([*(renamed.get(f, f) for f in stored.get("fusers") or []), *fused]))
     primary = renamed.get(stored.get("primary_fuser"), stored.get("primary_fuser"))
@@ -1131,8 +1167,12 @@ def _segment_parameters(
     ):
         kept = {f: v for f, v in (resolved.get(key) or {}).items() if f not in redone}
         resolved[key] = kept | new
+    # each fuser's options: those it now ran with, or those of the run that made its segments
+    options = {f: v for f, v in (stored.get("fuser_options") or {}).items() if f not in redone}
+    options |= {f: v for f, v in config.fuser_options.items() if f in set(ran)}
     return {
         "fusers": fusers,
+        "fuser_options": options,
         "primary_fuser": primary if primary in fusers and primary not in gone else config.primary(),
         "n_segments": config.n_segments,
         "segment_seed": config.seed,  # the run's "seed" made its views

@@ -374,3 +374,29 @@ def test_rows_zero_but_for_round_off_land_in_one_cluster():
     labels = assign_labels(np.vstack([embedding, noise]), 3, random_state=0)
     assert np.unique(labels[60:]).size == 1
     assert np.unique(labels[:60]).size == 3
+
+
+def test_fuser_options_are_checked_at_the_door_and_keyed_by_canonical_name():
+    """--fuser-option's core: known fusers and constructor parameters only (not the run's K,
+    seed or per-clustering weights), values tried on a tiny fit so that a bad one fails before
+    a run starts, in the fuser's own words with the option named."""
+    from adseg.consensus import check_fuser_options
+
+    assert check_fuser_options({}) == {}
+    checked = check_fuser_options({"rcc": {"normalize": True}, "spcc": {"gamma": 0.5}})
+    assert checked == {"rcc": {"normalize": True}, "sccbg": {"gamma": 0.5}}
+    with pytest.raises(ValueError, match="unknown fuser 'rccc'; registered: l2, lta, rcc"):
+        check_fuser_options({"rccc": {"normalize": True}})
+    with pytest.raises(ValueError, match="rcc has no option 'normalise'; its options: .*normalize"):
+        check_fuser_options({"rcc": {"normalise": True}})
+    for param in ("n_clusters", "random_state", "weights"):
+        with pytest.raises(ValueError, match=f"rcc has no option '{param}' \\(the run sets it\\)"):
+            check_fuser_options({"rcc": {param: 3}})
+    with pytest.raises(ValueError, match=r"fuser option rcc.normalize='sym': normalize must be"):
+        check_fuser_options({"rcc": {"normalize": "sym"}})
+    with pytest.raises(ValueError, match=r"fuser option l2.normalize='l1': normalize must be"):
+        check_fuser_options({"l2": {"normalize": "l1"}})  # rcc's form, none for l2
+    # an alias and its canonical name merge, the later value winning
+    assert check_fuser_options({"sccbg": {"gamma": 0.5}, "spcc": {"gamma": 2.0}}) == {
+        "sccbg": {"gamma": 2.0}
+    }

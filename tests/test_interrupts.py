@@ -151,7 +151,7 @@ import numpy as np
 from adseg import pipeline
 from adseg.interrupts import Terminated, signals_as_exceptions
 
-def worker_state(name, labels, n_segments, seed):  # runs in the worker (fork)
+def worker_state(name, labels, n_segments, seed, options):  # runs in the worker (fork)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     state = [s in blocked for s in (signal.SIGTERM, signal.SIGHUP)]
     state.append(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
@@ -167,12 +167,12 @@ def stop_once_in_the_parent():  # a SIGTERM that lands while a worker is being f
 
 labels = np.repeat(np.arange(3), 10)[:, None].repeat(2, axis=1)
 with signals_as_exceptions():
-    finished = dict(pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2))
+    finished = dict(pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}))
 print("worker: SIGTERM blocked, SIGHUP blocked, SIGTERM default:", finished["rcc"]()[0].tolist())
 os.register_at_fork(after_in_parent=stop_once_in_the_parent)
 try:
     with signals_as_exceptions():
-        for _ in pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2):
+        for _ in pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}):
             pass
 except Terminated:
     print("stopped")

@@ -1943,3 +1943,69 @@ def test_left_out_advertisers_join_the_segment_with_the_nearest_pooled_samples()
         assert got[i] == min(pools, key=lambda s: ks_2samp(samples[i], pools[s]).statistic)
     assert got.tolist() == [7, 7, 3, 3, 3, 7, -1]
     assert pipeline.attach_excluded(np.full(3, -1), samples[:3]).tolist() == [-1, -1, -1]
+
+
+def test_fuse_passes_each_fuser_its_options_in_process_and_in_workers():
+    """``options`` reach the fusers' constructors, in this process and in the worker processes
+    alike: rcc with normalize=True gives RCC(normalize=True)'s labels, not the default's."""
+    from adseg.consensus.rcc import RCC
+
+    rng = np.random.default_rng(6)
+    truth = np.repeat(np.arange(5), [40, 20, 12, 8, 5])
+    labels = np.column_stack(
+        [
+            np.where(rng.random(truth.size) < 0.3, rng.integers(0, 5, truth.size), truth)
+            for _ in range(8)
+        ]
+    )
+    expected = {
+        form: RCC(5, normalize=form, random_state=0).fit_predict(labels) for form in (True, "l1")
+    }
+    default = RCC(5, random_state=0).fit(labels)
+    assert default.normalize_ == "l1"  # so that the option visibly changes the labels
+    assert not np.array_equal(expected[True], expected["l1"])
+    for n_jobs in (1, 2):
+        fusion = pipeline.fuse(
+            labels, ["rcc", "l2"], 5, 0, "rcc", n_jobs=n_jobs, options={"rcc": {"normalize": True}}
+        )
+        np.testing.assert_array_equal(fusion.segmentations["rcc"], expected[True])
+        plain = pipeline.fuse(labels, ["rcc"], 5, 0, "rcc", n_jobs=n_jobs)
+        np.testing.assert_array_equal(plain.segmentations["rcc"], expected["l1"])
+
+
+def test_fuser_options_are_recorded_and_bad_ones_refused_before_a_run(loaded, market_dir, db_url):
+    """`adseg nightly --fuser-option rcc.normalize=true` runs rcc's normalised form and records
+    the option in the run's parameters; `adseg segment` records the options its fusers ran with
+    now. A malformed or refused option exits 2 naming it, before any run row or lock."""
+    base = ["nightly", "--database-url", db_url, "--quiet", "--fuser", "l2"]
+    for option, words in (
+        ("rcc=true", "--fuser-option must be FUSER.PARAM=VALUE"),
+        ("rcc.normalize=sym", "--fuser-option: fuser option rcc.normalize='sym': normalize must"),
+        ("rcc.n_clusters=3", "--fuser-option: rcc has no option 'n_clusters' (the run sets it)"),
+        ("foo.bar=1", "--fuser-option: unknown fuser 'foo'"),
+    ):
+        res = runner.invoke(app, [*base, "--fuser-option", option])
+        assert res.exit_code == 2, (option, res.output)
+        assert words in " ".join(res.output.split()), (option, res.output)
+    assert store.list_runs(loaded).empty and store.lock_holder(loaded) is None
+
+    config = _config(market_dir, fuser_options={"rcc": {"normalize": True}, "l2": {"n_init": 3}})
+    result = pipeline.run_nightly(loaded, config=config)
+    params = store.get_run(loaded, result.run_id)["parameters"]
+    assert params["fuser_options"] == {"rcc": {"normalize": True}, "l2": {"n_init": 3}}
+    again = replace(config, fusers=("rcc",), fuser_options={"rcc": {"normalize": "l1"}})
+    pipeline.run_segment(loaded, result.run_id, again)
+    params = store.get_run(loaded, result.run_id)["parameters"]
+    assert params["fuser_options"] == {"rcc": {"normalize": "l1"}, "l2": {"n_init": 3}}
+    pipeline.run_segment(loaded, result.run_id, replace(again, fuser_options={}))
+    params = store.get_run(loaded, result.run_id)["parameters"]
+    assert params["fuser_options"] == {"l2": {"n_init": 3}}
+
+
+def test_the_cli_reads_fuser_option_values_as_json_or_text():
+    from adseg.cli import _fuser_options
+
+    got = _fuser_options(["rcc.normalize=True", "rcc.tol=1e-5", "sccbg.gamma_grid=[0.5, 1]"])
+    assert got == {"rcc": {"normalize": True, "tol": 1e-5}, "sccbg": {"gamma_grid": [0.5, 1]}}
+    assert _fuser_options(["rcc.normalize=l1"]) == {"rcc": {"normalize": "l1"}}
+    assert _fuser_options(None) == {}
