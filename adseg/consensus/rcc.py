@@ -38,8 +38,9 @@ rounding.
 Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2},
 "l1" the form with equal l1 mass per cluster, and the default "auto" fits both and keeps the
 labels with the higher ANMI with the base clusterings (no ground truth). The default is chosen by
-the evidence (2026-11-25): over the eight Table 2 sets "auto" is the rcc form whose mean ACC is at
-or above l2's with both raw and standardised features, and the best rcc form on the literature's
+the evidence (2026-11-25): over the eight Table 2 sets "auto"'s mean ACC is at or above l2's
+with both raw and standardised features (True alone falls below on raw ones; "l1" alone meets
+it but is the worst form on average on the literature's pools), and it is the best rcc form on those
 pools; it costs both fits (benchmarks/results/consensus_table2.md, rcc_pools.md,
 rcc_auto_nightly.md). ``normalize=True`` is the fast form, half the time; see ``normalize``.
 
