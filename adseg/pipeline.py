@@ -123,8 +123,8 @@ class NightlyConfig:
     def fuser_names(self) -> list[str]:
         """Registered fusers to run, the primary first if not named, each under its canonical
         name (``spcc`` is stored and reported as ``sccbg``: one fuser, one source name from run
-        to run). Raises ValueError for an unknown name, one fuser named twice, or a fuser option
-        :func:`check_fuser_options` refuses."""
+        to run). Raises ValueError for an unknown name, one fuser named twice, a fuser option
+        :func:`check_fuser_options` refuses, or one for a fuser not among them."""
         if self.fuser_options:
             self.fuser_options = check_fuser_options(self.fuser_options)
         names = list(dict.fromkeys(self.fusers)) if self.fusers else _unique_fusers()
@@ -147,7 +147,14 @@ class NightlyConfig:
                     f"fusers {other} and {name} are the same fuser (one is an alias of the "
                     "other, or the --primary); name it once."
                 )
-        return [canonical_name(name) for name in names]
+        names = [canonical_name(name) for name in names]
+        idle = [f for f in self.fuser_options if f not in names]
+        if idle:  # a forgotten --fuser: options that change nothing must not pass in silence (QA)
+            raise ValueError(
+                f"--fuser-option for {', '.join(idle)}, which this command does not run "
+                f"(it runs {', '.join(names)}): name it with --fuser too."
+            )
+        return names
 
     def primary(self) -> str:
         """The primary fuser's canonical name (:meth:`fuser_names` validates it)."""
@@ -167,6 +174,8 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
         if name != config.primary() and name in limits and n_advertisers > limits[name]
     ]
     for name in left_out:
+        if name in config.fuser_options:
+            log.warning("fuser %s is left out by size: its --fuser-option is not used", name)
         log.info(
             "fuser %s left out of the default set: %d advertisers > %d (its cost grows about "
             "with n³); name it with --fuser %s to run it anyway",

@@ -396,6 +396,11 @@ def test_fuser_options_are_checked_at_the_door_and_keyed_by_canonical_name():
         check_fuser_options({"rcc": {"normalize": "sym"}})
     with pytest.raises(ValueError, match=r"fuser option l2.normalize='l1': normalize must be"):
         check_fuser_options({"l2": {"normalize": "l1"}})  # rcc's form, none for l2
+    # counts of work are probed at 10: a huge n_init is accepted at once, a bad one still refused
+    assert check_fuser_options({"rcc": {"n_init": 10**8}}) == {"rcc": {"n_init": 10**8}}
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="fuser option rcc.n_init="):
+            check_fuser_options({"rcc": {"n_init": bad}})
     # an alias and its canonical name merge, the later value winning
     assert check_fuser_options({"sccbg": {"gamma": 0.5}, "spcc": {"gamma": 2.0}}) == {
         "sccbg": {"gamma": 2.0}

@@ -1983,6 +1983,8 @@ def test_fuser_options_are_recorded_and_bad_ones_refused_before_a_run(loaded, ma
         ("rcc.normalize=sym", "--fuser-option: fuser option rcc.normalize='sym': normalize must"),
         ("rcc.n_clusters=3", "--fuser-option: rcc has no option 'n_clusters' (the run sets it)"),
         ("foo.bar=1", "--fuser-option: unknown fuser 'foo'"),
+        # rcc runs as the primary; sccbg is not named: its option would change nothing
+        ("sccbg.gamma=0.5", "--fuser-option for sccbg, which this command does not run"),
     ):
         res = runner.invoke(app, [*base, "--fuser-option", option])
         assert res.exit_code == 2, (option, res.output)
@@ -1997,6 +1999,10 @@ def test_fuser_options_are_recorded_and_bad_ones_refused_before_a_run(loaded, ma
     pipeline.run_segment(loaded, result.run_id, again)
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fuser_options"] == {"rcc": {"normalize": "l1"}, "l2": {"n_init": 3}}
+    with pytest.raises(ValueError, match="--fuser-option for rcc, which this command does not"):
+        pipeline.run_segment(
+            loaded, result.run_id, replace(again, fusers=("l2",), primary_fuser="l2")
+        )
     pipeline.run_segment(loaded, result.run_id, replace(again, fuser_options={}))
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fuser_options"] == {"l2": {"n_init": 3}}

@@ -486,6 +486,9 @@ def test_auto_gamma_is_the_documented_label_free_rule(noisy):
         (dict(gamma=-1.0), ValueError),
         (dict(gamma="best"), ValueError),
         (dict(gamma="auto", gamma_grid=()), ValueError),
+        (dict(gamma=0.5, gamma_grid=(float("nan"),)), ValueError),  # unused, still checked
+        (dict(gamma=0.5, gamma_grid=()), ValueError),
+        (dict(gamma=0.5, gamma_grid="0.5"), TypeError),
         (dict(max_iter=0), ValueError),
         (dict(rho0=0.0), ValueError),
         (dict(n_clusters=50), ValueError),

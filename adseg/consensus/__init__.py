@@ -5,6 +5,8 @@
 (n_items, n_clusterings) integer array, -1 = missing.
 """
 
+import functools
+import json
 import warnings
 from collections.abc import Mapping
 
@@ -66,6 +68,8 @@ def describe_registered() -> str:
 # set by whoever calls a fuser for a run (the pipeline: the run's K and seed; ``weights``: one per
 # base clustering, which the run's views decide), not by an option
 _NOT_OPTIONS = ("n_clusters", "random_state", "weights")
+# parameters that only count work (restarts, iterations): probed at most 10 (see ``_probe``)
+_WORK_COUNTS = ("n_init", "max_iter", "max_sweeps", "min_iter", "repair_iters")
 # 7 items in two groups, three clusterings that disagree on a few: every fuser fits it in < 0.2 s
 _PROBE = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
 
@@ -76,7 +80,7 @@ def check_fuser_options(options: Mapping[str, Mapping[str, object]]) -> dict[str
     parameter one of its constructor's but n_clusters, random_state and weights (see
     ``_NOT_OPTIONS``), and the values accepted by a fit on a tiny label matrix (the fusers
     check most values only in ``fit``). Raises ValueError naming the fuser and the parameter.
-    Cost: one fit on 7 items per fuser named (< 0.2 s)."""
+    Cost: one fit on 7 items per fuser named (< 0.2 s; cached, see ``_probe``)."""
     checked: dict[str, dict] = {}
     for name, params in options.items():
         if name not in FUSERS:
@@ -91,14 +95,31 @@ def check_fuser_options(options: Mapping[str, Mapping[str, object]]) -> dict[str
                 )
         merged = checked.setdefault(key, {}) | dict(params)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a probe's convergence says nothing of a run's
-                cls(n_clusters=2, random_state=0, **merged).fit(_PROBE)
-        except (ValueError, TypeError) as exc:
-            named = ", ".join(f"{key}.{p}={v!r}" for p, v in merged.items())
-            raise ValueError(f"fuser option {named}: {exc}") from None
+            _probe(key, json.dumps(merged, sort_keys=True, allow_nan=False))
+        except (TypeError, ValueError):  # not JSON (a Python caller's object): probe uncached
+            _probe.__wrapped__(key, None, merged)
         checked[key] = merged
     return checked
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(key: str, options_json: str | None, options: dict | None = None) -> None:
+    """Fit fuser ``key`` with ``options`` on ``_PROBE`` (ValueError naming the options if it
+    refuses them). Cached by the options' JSON: a run checks its options several times.
+    Counts of work (``_WORK_COUNTS``) above 10 are probed at 10: a positive integer stays one,
+    and rcc.n_init=10**8 must not take hours to be accepted."""
+    options = json.loads(options_json) if options is None else options
+    probed = {
+        p: min(v, 10) if p in _WORK_COUNTS and isinstance(v, int) and not isinstance(v, bool) else v
+        for p, v in options.items()
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a probe's convergence says nothing of a run's
+            FUSERS[key](n_clusters=2, random_state=0, **probed).fit(_PROBE)
+    except (ValueError, TypeError, OverflowError) as exc:
+        named = ", ".join(f"{key}.{p}={v!r}" for p, v in options.items())
+        raise ValueError(f"fuser option {named}: {exc}") from None
 
 
 __all__ = [

@@ -470,16 +470,18 @@ class SCCBG(BaseFuser):
     # -- validation ----------------------------------------------------------------------------
 
     def _check_params(self) -> None:
+        # the grid is checked even when a fixed gamma leaves it unused: a bad grid recorded in a
+        # run's parameters (--fuser-option sccbg.gamma_grid=NaN) used to pass silently (QA)
+        grid = self.gamma_grid
+        if isinstance(grid, str | bytes) or not hasattr(grid, "__len__"):
+            raise TypeError(f"gamma_grid must be a sequence of numbers ≥ 0; got {grid!r}.")
+        if len(grid) == 0:
+            raise ValueError("gamma_grid is empty.")
+        for g in grid:
+            check_real("gamma_grid entries", g, low_inclusive=True)
         if isinstance(self.gamma, str):
             if self.gamma != "auto":
                 raise ValueError(f"gamma must be a number ≥ 0 or 'auto'; got {self.gamma!r}.")
-            grid = self.gamma_grid
-            if isinstance(grid, str | bytes) or not hasattr(grid, "__len__"):
-                raise TypeError(f"gamma_grid must be a sequence of numbers ≥ 0; got {grid!r}.")
-            if len(grid) == 0:
-                raise ValueError("gamma_grid is empty.")
-            for g in self.gamma_grid:
-                check_real("gamma_grid entries", g, low_inclusive=True)
         else:
             check_real("gamma", self.gamma, low_inclusive=True)
         for name in ("lambda0", "rho0", "rank_tol"):
