@@ -189,8 +189,6 @@ def _fuser_options(texts: list[str] | None) -> dict[str, dict]:
     """``--fuser-option FUSER.PARAM=VALUE`` values as {fuser: {parameter: value}}, checked by
     :func:`adseg.consensus.check_fuser_options` before any work; CliError naming the option.
     VALUE is read as JSON where it parses (true/True, 3, 1e-5, [0.1, 1]), else kept as text."""
-    import json
-
     from adseg.consensus import check_fuser_options
 
     options: dict[str, dict] = {}
@@ -201,17 +199,27 @@ def _fuser_options(texts: list[str] | None) -> dict[str, dict]:
             raise CliError(
                 f"--fuser-option must be FUSER.PARAM=VALUE, e.g. rcc.normalize=true; got {text!r}"
             )
-        literal = {"true": True, "false": False, "none": None}.get(value.strip().lower(), value)
-        if literal is value:
-            try:
-                literal = json.loads(value)
-            except ValueError:
-                literal = value
-        options.setdefault(name.strip(), {})[param.strip()] = literal
+        options.setdefault(name.strip(), {})[param.strip()] = _option_value(value)
     try:
         return check_fuser_options(options)
     except ValueError as exc:
         raise CliError(f"--fuser-option: {exc}") from None
+
+
+_OPTION_WORDS = {"true": True, "false": False, "none": None}
+
+
+def _option_value(text: str):
+    """A ``--fuser-option`` VALUE: true/false/none in any case, else JSON, else the text."""
+    import json
+
+    word = text.strip().lower()
+    if word in _OPTION_WORDS:
+        return _OPTION_WORDS[word]
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class CliError(Exception):

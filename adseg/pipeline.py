@@ -116,17 +116,19 @@ class NightlyConfig:
     blas_threads: int | None = 1
     n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     # {fuser: {parameter: value}}, constructor arguments beside n_clusters and random_state
-    # (``--fuser-option rcc.normalize=true``); checked by fuser_names()
+    # (``--fuser-option rcc.normalize=true``), checked and keyed by canonical name on creation
     fuser_options: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.fuser_options:
+            self.fuser_options = check_fuser_options(self.fuser_options)
 
     def fuser_names(self) -> list[str]:
         """Registered fusers to run, the primary first if not named, each under its canonical
         name (``spcc`` is stored and reported as ``sccbg``: one fuser, one source name from run
-        to run). Raises ValueError for an unknown name, one fuser named twice, a fuser option
-        :func:`check_fuser_options` refuses, or one for a fuser not among them."""
-        if self.fuser_options:
-            self.fuser_options = check_fuser_options(self.fuser_options)
+        to run). Raises ValueError for an unknown name, one fuser named twice, or a fuser
+        option for a fuser not among them."""
         names = list(dict.fromkeys(self.fusers)) if self.fusers else _unique_fusers()
         unknown = [n for n in names if n not in FUSERS]
         if unknown:
@@ -474,9 +476,8 @@ def _fit_in_processes(
     names, labels, n_segments: int, seed: int, n_jobs: int, options: dict, poll: float = 0.5
 ):
     """Fit the fusers ``names`` (with their ``options``) in at most ``n_jobs`` worker processes
-    at a time; yields
-    (name, outcome) as each finishes, outcome() returning (labels, seconds) or raising the
-    worker's exception.
+    at a time; yields (name, outcome) as each finishes, outcome() returning (labels, seconds) or
+    raising the worker's exception.
 
     One process and one pipe per fuser, not a multiprocessing.Pool: a Pool's idle workers wait
     for tasks holding a lock they share, and a stop signal sent to the whole process group (a
@@ -886,8 +887,8 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
             config.seed,
             config.primary(),
             progress,
-            config.n_jobs,
-            config.fuser_options,
+            n_jobs=config.n_jobs,
+            options=config.fuser_options,
         )
         segmentations = single_view_segmentations(
             labels,
@@ -1072,7 +1073,7 @@ def run_segment(
         k = choose_n_segments(columns, labels, asked.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
         fusion = fuse(
-            labels, names, k, config.seed, config.primary(), progress, 1, config.fuser_options
+            labels, names, k, config.seed, config.primary(), progress, options=config.fuser_options
         )
         fused, errors = fusion.segmentations, fusion.errors
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
@@ -1178,7 +1179,7 @@ def _segment_parameters(
         resolved[key] = kept | new
     # each fuser's options: those it now ran with, or those of the run that made its segments
     options = {f: v for f, v in (stored.get("fuser_options") or {}).items() if f not in redone}
-    options |= {f: v for f, v in config.fuser_options.items() if f in set(ran)}
+    options |= {f: v for f, v in config.fuser_options.items() if f in redone}
     return {
         "fusers": fusers,
         "fuser_options": options,

@@ -5,8 +5,6 @@
 (n_items, n_clusterings) integer array, -1 = missing.
 """
 
-import functools
-import json
 import warnings
 from collections.abc import Mapping
 
@@ -80,7 +78,7 @@ def check_fuser_options(options: Mapping[str, Mapping[str, object]]) -> dict[str
     parameter one of its constructor's but n_clusters, random_state and weights (see
     ``_NOT_OPTIONS``), and the values accepted by a fit on a tiny label matrix (the fusers
     check most values only in ``fit``). Raises ValueError naming the fuser and the parameter.
-    Cost: one fit on 7 items per fuser named (< 0.2 s; cached, see ``_probe``)."""
+    Cost: one fit on 7 items per fuser named (< 0.2 s)."""
     checked: dict[str, dict] = {}
     for name, params in options.items():
         if name not in FUSERS:
@@ -94,21 +92,15 @@ def check_fuser_options(options: Mapping[str, Mapping[str, object]]) -> dict[str
                     f"{key} has no option {param!r}{why}; its options: {', '.join(allowed)}."
                 )
         merged = checked.setdefault(key, {}) | dict(params)
-        try:
-            _probe(key, json.dumps(merged, sort_keys=True, allow_nan=False))
-        except (TypeError, ValueError):  # not JSON (a Python caller's object): probe uncached
-            _probe.__wrapped__(key, None, merged)
+        _probe(key, merged)
         checked[key] = merged
     return checked
 
 
-@functools.lru_cache(maxsize=64)
-def _probe(key: str, options_json: str | None, options: dict | None = None) -> None:
+def _probe(key: str, options: dict) -> None:
     """Fit fuser ``key`` with ``options`` on ``_PROBE`` (ValueError naming the options if it
-    refuses them). Cached by the options' JSON: a run checks its options several times.
-    Counts of work (``_WORK_COUNTS``) above 10 are probed at 10: a positive integer stays one,
-    and rcc.n_init=10**8 must not take hours to be accepted."""
-    options = json.loads(options_json) if options is None else options
+    refuses them). Counts of work (``_WORK_COUNTS``) above 10 are probed at 10: a positive
+    integer stays one, and rcc.n_init=10**8 must not take hours to be accepted."""
     probed = {
         p: min(v, 10) if p in _WORK_COUNTS and isinstance(v, int) and not isinstance(v, bool) else v
         for p, v in options.items()
