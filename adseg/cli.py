@@ -847,7 +847,17 @@ def _option_names(message: str, options: dict[str, str]) -> str:
 @handle_errors
 def sample_generate(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files into.")],
-    advertisers: Annotated[int, typer.Option(help="Number of advertisers.")] = 1268,
+    family: Annotated[
+        str,
+        typer.Option(
+            help="Generative family: 'default' (log-normal prices) or 'gamma' (gamma prices, "
+            "flatter segment structure, noisier text; sample_campaigns/README.md). The options "
+            "given override its values."
+        ),
+    ] = "default",
+    advertisers: Annotated[
+        int | None, typer.Option(help="Number of advertisers (default: the family's, 1268).")
+    ] = None,
     days: Annotated[int, typer.Option(help="Days in all (training + evaluation).")] = 14,
     train_days: Annotated[
         int | None,
@@ -855,11 +865,14 @@ def sample_generate(
     ] = None,
     segments: Annotated[
         int | None,
-        typer.Option(help="Latent segments (default: 40, or --advertisers if fewer)."),
+        typer.Option(
+            help="Latent segments (default: the family's, 40, or --advertisers if fewer)."
+        ),
     ] = None,
     seed: Annotated[
-        int, typer.Option(help="Random seed (same seed → identical files).")
-    ] = 20260302,
+        int | None,
+        typer.Option(help="Random seed (same seed → identical files; default 20260302)."),
+    ] = None,
     force: Annotated[
         bool,
         typer.Option(
@@ -873,8 +886,13 @@ def sample_generate(
     the config.json it was made with)."""
     import time
 
-    from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
+    from adseg.simulate import FAMILIES, family_config, simulate_marketplace, write_marketplace
 
+    if family not in FAMILIES:
+        raise CliError(f"--family must be one of {', '.join(FAMILIES)}; got {family!r}.")
+    preset = family_config(family)
+    if advertisers is None:
+        advertisers = preset.n_advertisers
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
     if segments is not None and advertisers >= 1 and segments > advertisers:
@@ -897,17 +915,16 @@ def sample_generate(
             f"ingest would find two files for one table; remove or move {them} first"
         )
     try:
-        config = MarketplaceConfig(
+        config = family_config(
+            family,
             n_advertisers=advertisers,
             days=days,
             # the nightly's default windows split the data's days in half (train first)
             train_days=train_days if train_days is not None else (days + 1) // 2,
             n_segments=(
-                segments
-                if segments is not None
-                else min(MarketplaceConfig.n_segments, max(advertisers, 1))
+                segments if segments is not None else min(preset.n_segments, max(advertisers, 1))
             ),
-            seed=seed,
+            seed=seed if seed is not None else preset.seed,
         )
     except ValueError as exc:  # name the command's options, not the config's fields
         raise CliError(_option_names(str(exc), _SAMPLE_OPTIONS)) from None

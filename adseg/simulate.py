@@ -55,6 +55,12 @@ The model (every choice is argued in ``sample_campaigns/README.md``):
   impressions ~ Binomial(supply, F_day(bid)) and spend = (N·μ + √N·s·z)/1000 with μ, s the exact
   mean and standard deviation of the paid eCPM given a win at that bid (a sum over the tick grid),
   z ~ N(0, 1) — the normal approximation of the sum of N i.i.d. paid prices.
+* **Families.** ``price_family="gamma"`` makes each mixture component a gamma distribution with
+  mean ``exp(mu_j)`` and coefficient of variation ``sigma_j`` instead of a log-normal (same
+  parameters, same truth columns, plus a ``price_family`` column); sampling, quantiles, the exact
+  tick-grid sums and ``true_landscape`` all follow it. ``family_config("gamma")`` is a second
+  preset world (gamma prices, a flatter vertical price structure, unequal segment sizes, noisier
+  text, sparser samples) on which no segmentation method is flattered by the default's choices.
 
 Cost: O(rows) time and memory for the auction sample (≈ 0.3 M rows by default; measured
 2026-11-24 at 10,000 advertisers: ≈ 530 bytes per row at peak while simulating, ≈ 850 while
@@ -79,11 +85,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy.special import ndtr
+from scipy.stats import gamma as gamma_dist
 
 __all__ = [
     "FAULT_KINDS",
     "Marketplace",
     "MarketplaceConfig",
+    "FAMILIES",
+    "PRICE_FAMILIES",
+    "family_config",
     "simulate_marketplace",
     "true_landscape",
     "write_marketplace",
@@ -92,6 +102,7 @@ __all__ = [
 MAX_ADVERTISERS = 100_000  # ~24 M logged auctions at the default sample rates
 MAX_DAYS = 366
 FAULT_KINDS = ("unit_market", "unit_paid", "bug_market", "bot_burst")
+PRICE_FAMILIES = ("lognormal", "gamma")
 _FAULT_VIEW = {
     "unit_market": "win_rate",
     "unit_paid": "ecpm",
@@ -174,6 +185,13 @@ class MarketplaceConfig:
     eval_bid_change_share : share of advertisers that move their bid level in the evaluation window.
     log_eval_days : also log auction samples on evaluation days (as a real log would); the
         pipeline reads the training window only.
+    price_family : ``"lognormal"`` (component j of the market-price mixture is log-normal with
+        log-mean ``mu_j`` and log-sd ``sigma_j``) or ``"gamma"`` (component j is a gamma
+        distribution with mean ``exp(mu_j)`` and coefficient of variation ``sigma_j``: shape
+        ``1 / sigma_j**2``, scale ``exp(mu_j) * sigma_j**2``). Both are scale families, so the
+        advertiser's price scale and the daily market level shift ``mu_j`` in either.
+    segment_size_concentration : the Dirichlet concentration α of the segment shares (smaller:
+        more unequal segment sizes).
     """
 
     n_advertisers: int = 1268
@@ -200,6 +218,8 @@ class MarketplaceConfig:
     fault_share: float = 0.06
     eval_bid_change_share: float = 0.3
     log_eval_days: bool = True
+    price_family: str = "lognormal"
+    segment_size_concentration: float = 3.0
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -258,11 +278,67 @@ class MarketplaceConfig:
         need(self.market_day_sigma >= 0, "market_day_sigma must be ≥ 0.")
         for name in ("first_price_share", "fault_share", "eval_bid_change_share"):
             need(0 <= getattr(self, name) <= 1, f"{name} must be in [0, 1].")
+        need(
+            isinstance(self.price_family, str) and self.price_family in PRICE_FAMILIES,
+            f"price_family must be one of {', '.join(map(repr, PRICE_FAMILIES))}; "
+            f"got {self.price_family!r}.",
+        )
+        need(
+            self.segment_size_concentration > 0,
+            f"segment_size_concentration must be > 0; got {self.segment_size_concentration!r}.",
+        )
 
     @property
     def tick(self) -> float:
         """The exchange's price tick in eCPM."""
         return 10.0 ** -int(self.price_decimals)
+
+
+# Named generative families: the fields each sets on top of MarketplaceConfig's defaults. "gamma"
+# is a second world, built so that no segmentation method is flattered by the default's choices
+# (sample_campaigns/README.md, "A second family: gamma", argues every value): gamma rather than
+# log-normal prices, a flatter vertical price structure with larger segment-own deviations (the
+# vertical × qualifier hierarchy explains less), more unequal segment sizes, noisier text and
+# fewer, more dispersed samples per advertiser.
+_FAMILIES: dict[str, dict[str, object]] = {
+    "default": {},
+    "gamma": {
+        "price_family": "gamma",
+        "n_advertisers": 1200,
+        "n_segments": 25,
+        "segment_size_concentration": 1.0,
+        "vertical_price_range": (0.7, 2.8),
+        "qualifier_price_sigma": 0.1,
+        "segment_price_sigma": 0.35,
+        "segment_shape_sigma": 0.3,
+        "text_mix": (0.3, 0.1, 0.35, 0.25),
+        "median_train_samples": 30.0,
+        "sample_count_sigma": 1.5,
+    },
+}
+FAMILIES = tuple(_FAMILIES)
+
+
+def family_config(name: str = "default", **overrides) -> MarketplaceConfig:
+    """The configuration of a named generative family, with fields overridden.
+
+    Parameters
+    ----------
+    name : ``"default"`` (``MarketplaceConfig()``: log-normal prices, 1,268 advertisers, 40
+        segments) or ``"gamma"`` (gamma prices, 1,200 advertisers, 25 segments of unequal size,
+        a flatter price hierarchy, noisier text, sparser samples; see ``_FAMILIES``).
+    **overrides : MarketplaceConfig fields that replace the family's values (an unknown field
+        is a TypeError, a bad value a ValueError, as for ``MarketplaceConfig``).
+
+    Returns
+    -------
+    MarketplaceConfig
+    """
+    if not isinstance(name, str) or name not in _FAMILIES:
+        raise ValueError(
+            f"family_config: name must be one of {', '.join(map(repr, FAMILIES))}; got {name!r}."
+        )
+    return MarketplaceConfig(**{**_FAMILIES[name], **overrides})
 
 
 @dataclass
@@ -284,8 +360,26 @@ class Marketplace:
 # ----------------------------------------------------------------------------- the true landscape
 
 
-def _mixture_cdf(x, mu1, s1, mu2, s2, w2) -> np.ndarray:
-    """c.d.f. of the two-component log-normal mixture at x > 0 (broadcasting arrays)."""
+def _gamma_parts(mu, s) -> tuple[np.ndarray, np.ndarray]:
+    """(shape, scale) of the gamma distribution with mean ``exp(mu)`` and coefficient of
+    variation ``s`` (broadcasting arrays)."""
+    s2 = np.square(s)
+    return 1.0 / s2, np.exp(mu) * s2
+
+
+def _mixture_cdf(x, mu1, s1, mu2, s2, w2, family: str = "lognormal") -> np.ndarray:
+    """c.d.f. of the two-component market-price mixture at eCPM x > 0 (broadcasting arrays).
+
+    ``family`` "lognormal": component j is log-normal with log-mean ``mu_j``, log-sd ``s_j``;
+    "gamma": gamma with mean ``exp(mu_j)`` and coefficient of variation ``s_j``. ``w2`` is the
+    weight of component 2. Returns the broadcast shape of the arguments, values in [0, 1].
+    """
+    if family == "gamma":
+        a1, scale1 = _gamma_parts(mu1, s1)
+        a2, scale2 = _gamma_parts(mu2, s2)
+        return (1.0 - w2) * gamma_dist.cdf(x, a1, scale=scale1) + w2 * gamma_dist.cdf(
+            x, a2, scale=scale2
+        )
     lx = np.log(np.maximum(x, 1e-300))
     return (1.0 - w2) * ndtr((lx - mu1) / s1) + w2 * ndtr((lx - mu2) / s2)
 
@@ -302,11 +396,13 @@ def _grid_landscape(
     bid_ticks: np.ndarray,
     tick: float,
     chunk: int = 4_000_000,
+    family: str = "lognormal",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact win rate, mean and variance of the paid eCPM given a win, at integer-tick bids.
 
-    Every argument is a length-q array (one row per advertiser-day; ``mu``s already include the
-    log price scale). The market price lives on ticks k = 1, 2, …; P(mp ≤ k) = 1[k ≥ r]·F(k·t), so
+    Every array argument is length q (one row per advertiser-day; ``mu``s already include the
+    log price scale); ``family`` is the price family of every row (see ``_mixture_cdf``). The
+    market price lives on ticks k = 1, 2, …; P(mp ≤ k) = 1[k ≥ r]·F(k·t), so
     the sums over k = 1..bid run over a ragged grid of Σ bid_ticks points, processed in chunks of
     about ``chunk`` points (memory ≈ 80 bytes per point). Returns (win_rate, mean_paid_ecpm,
     var_paid_ecpm); mean and variance are NaN where the win rate is 0.
@@ -330,8 +426,8 @@ def _grid_landscape(
         k = np.arange(k_len.sum()) - np.repeat(offsets, k_len) + 1
         args = (mu1[rows], s1[rows], mu2[rows], s2[rows], w2[rows])
         r = reserve_ticks[rows]
-        g_hi = np.where(k >= r, _mixture_cdf(k * tick, *args), 0.0)
-        g_lo = np.where((k - 1 >= r) & (k > 1), _mixture_cdf((k - 1) * tick, *args), 0.0)
+        g_hi = np.where(k >= r, _mixture_cdf(k * tick, *args, family), 0.0)
+        g_lo = np.where((k - 1 >= r) & (k > 1), _mixture_cdf((k - 1) * tick, *args, family), 0.0)
         p = g_hi - g_lo
         shade = np.floor(theta[rows] * (bid_ticks[rows] - k) + 0.5)
         paid = np.where(first_price[rows], k + shade, k).astype(np.float64)
@@ -355,14 +451,25 @@ def true_landscape(
     ``truth``: the ``Marketplace.truth`` frame (or ``truth.csv``), n rows; ``bid_ecpm``: (n,) or
     (n, d) bids in eCPM (rounded down to the tick, as the exchange would); ``log_market_level``:
     scalar or broadcastable log market level (0 = the advertiser's base, time-invariant
-    distribution). Returns two arrays shaped like ``bid_ecpm``; the expected paid eCPM is NaN where
-    the win rate is 0. Exact on the tick grid; O(Σ bid/tick) time.
+    distribution). The price family is the frame's ``price_family`` column (one value for all
+    rows), "lognormal" where there is none (the default family's truth has none). Returns two
+    arrays shaped like ``bid_ecpm``; the expected paid eCPM is NaN where the win rate is 0. Exact
+    on the tick grid; O(Σ bid/tick) time.
     """
     bids = np.asarray(bid_ecpm, dtype=np.float64)
     if bids.shape[0] != len(truth):
         raise ValueError(f"bid_ecpm has {bids.shape[0]} rows; truth has {len(truth)}.")
     if not np.all(np.isfinite(bids)) or np.any(bids < 0):
         raise ValueError("bid_ecpm must be finite and ≥ 0.")
+    family = "lognormal"
+    if "price_family" in truth.columns:
+        found = sorted(set(truth["price_family"]))
+        if len(found) > 1 or not set(found) <= set(PRICE_FAMILIES):
+            raise ValueError(
+                f"truth's price_family must be one of {', '.join(map(repr, PRICE_FAMILIES))}, "
+                f"the same on every row; got {found!r}."
+            )
+        family = found[0] if found else family
     tick = 10.0 ** -int(price_decimals)
     shape = bids.shape
     cols = 1 if bids.ndim == 1 else shape[1]
@@ -382,6 +489,7 @@ def true_landscape(
         col("shading").astype(np.float64),
         np.floor(bids.reshape(-1) / tick + 1e-9).astype(np.int64),
         tick,
+        family=family,
     )
     return win.reshape(shape), mean.reshape(shape)
 
@@ -396,14 +504,28 @@ def _streams(seed: int, names: tuple[str, ...]) -> dict[str, np.random.Generator
     return {name: np.random.default_rng(c) for name, c in zip(names, children, strict=True)}
 
 
-def _mixture_quantile(u, mu1, s1, mu2, s2, w2) -> np.ndarray:
-    """Quantile of the log-normal mixture by bisection on log x (60 halvings: exact to 1e-15 in
-    log)."""
-    lo = np.minimum(mu1 - 9 * s1, mu2 - 9 * s2)
-    hi = np.maximum(mu1 + 9 * s1, mu2 + 9 * s2)
+def _mixture_quantile(u, mu1, s1, mu2, s2, w2, family: str = "lognormal") -> np.ndarray:
+    """Quantile (eCPM) of the market-price mixture at probabilities ``u`` in (0, 1), by bisection
+    on log x (60 halvings), broadcasting arrays; ``family`` as in ``_mixture_cdf``.
+
+    The log-normal bracket is ±9 log-sds around the components' log-means (exact to 1e-15 in
+    log). The gamma bracket is the two components' own quantiles at ``u`` (the mixture's
+    quantile lies between them), widened by 1e-9 in log.
+    """
+    if family == "gamma":
+        u_in = np.clip(u, 1e-300, 1.0 - 1e-16)
+        a1, scale1 = _gamma_parts(mu1, s1)
+        a2, scale2 = _gamma_parts(mu2, s2)
+        q1 = np.log(np.maximum(gamma_dist.ppf(u_in, a1, scale=scale1), 1e-300))
+        q2 = np.log(np.maximum(gamma_dist.ppf(u_in, a2, scale=scale2), 1e-300))
+        lo = np.minimum(q1, q2) - 1e-9
+        hi = np.maximum(q1, q2) + 1e-9
+    else:
+        lo = np.minimum(mu1 - 9 * s1, mu2 - 9 * s2)
+        hi = np.maximum(mu1 + 9 * s1, mu2 + 9 * s2)
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        below = _mixture_cdf(np.exp(mid), mu1, s1, mu2, s2, w2) < u
+        below = _mixture_cdf(np.exp(mid), mu1, s1, mu2, s2, w2, family) < u
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
     return np.exp(0.5 * (lo + hi))
@@ -448,10 +570,10 @@ def _segments(cfg: MarketplaceConfig, rng: np.random.Generator) -> pd.DataFrame:
     weight2 = np.clip(v_weight2[vertical] + rng.normal(0.0, 0.3 * jitter, s), 0.0, 0.45)
     # Half the verticals sell through exchanges whose reserve binds on 2–25% of the auctions.
     reserve_q = np.clip(v_reserve_q[vertical] * np.exp(rng.normal(0.0, jitter, s)), 0.01, 0.3)
-    reserve = _mixture_quantile(reserve_q, mu1, sigma1, mu2, sigma2, weight2)
+    reserve = _mixture_quantile(reserve_q, mu1, sigma1, mu2, sigma2, weight2, cfg.price_family)
     reserve_ticks = np.where(v_has_reserve[vertical], np.floor(reserve / cfg.tick), 0)
     reserve_ticks = reserve_ticks.astype(np.int64)
-    share = rng.dirichlet(np.full(s, 3.0))
+    share = rng.dirichlet(np.full(s, float(cfg.segment_size_concentration)))
     return pd.DataFrame(
         {
             "segment": np.arange(s),
@@ -605,7 +727,7 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
     # --- bids
     r_b = rng["bids"]
     target_win = 0.05 + 0.9 * r_b.beta(2.0, 2.5, n)
-    level = _mixture_quantile(target_win, mu1, s1, mu2, s2, w2)
+    level = _mixture_quantile(target_win, mu1, s1, mu2, s2, w2, cfg.price_family)
     level = np.maximum(level, reserve_ticks * tick)
     changes = r_b.random(n) < cfg.eval_bid_change_share
     eval_shift = np.where(changes, r_b.normal(0.0, 0.2, n), 0.0)
@@ -633,6 +755,7 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
         rep(theta, days),
         bid_ticks.ravel(),
         tick,
+        family=cfg.price_family,
     )
     win = np.clip(win.reshape(n, days), 0.0, 1.0)
     mean_paid = np.nan_to_num(mean_paid.reshape(n, days))
@@ -653,9 +776,17 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
     m = adv.size
     second = r_a.integers(0, 86400, m)
     upper = r_a.random(m) < w2[adv]
-    z = r_a.standard_normal(m)
-    log_x = np.where(upper, mu2[adv] + s2[adv] * z, mu1[adv] + s1[adv] * z) + log_g_adv[adv, day]
-    mp = np.maximum(np.ceil(np.exp(log_x) / tick), np.maximum(reserve_ticks[adv], 1))
+    if cfg.price_family == "gamma":
+        shape, scale = _gamma_parts(
+            np.where(upper, mu2[adv], mu1[adv]) + log_g_adv[adv, day],
+            np.where(upper, s2[adv], s1[adv]),
+        )
+        x = r_a.standard_gamma(shape) * scale
+    else:
+        z = r_a.standard_normal(m)
+        log_x = np.where(upper, mu2[adv] + s2[adv] * z, mu1[adv] + s1[adv] * z)
+        x = np.exp(log_x + log_g_adv[adv, day])
+    mp = np.maximum(np.ceil(x / tick), np.maximum(reserve_ticks[adv], 1))
     mp = mp.astype(np.int64)
     b = bid_ticks[adv, day]
     won = b >= mp
@@ -739,6 +870,13 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
     # --- truth
     ev = slice(train, days)
     mean_eval_bid = bid_ticks[:, ev].mean(axis=1) * tick
+    # The default family's truth keeps its columns (and its files their bytes); another family
+    # is named in a price_family column, which true_landscape reads.
+    family_column = (
+        {}
+        if cfg.price_family == "lognormal"
+        else {"price_family": np.full(n, cfg.price_family, dtype=object)}
+    )
     base = pd.DataFrame(
         {
             "mu1": mu1,
@@ -746,6 +884,7 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
             "mu2": mu2,
             "sigma2": s2,
             "weight2": w2,
+            **family_column,
             "reserve_ecpm": reserve_ticks * tick,
             "auction_rule": np.where(first_price, "first_price", "second_price"),
             "shading": theta,
@@ -866,6 +1005,23 @@ def _frames_for_csv(market: Marketplace) -> dict[str, pd.DataFrame]:
     }
 
 
+# Fields added with the second generative family: config.json names them only where they differ
+# from their defaults, so the default family's config.json keeps its bytes (a missing field
+# rebuilds as its default).
+_FAMILY_FIELDS = ("price_family", "segment_size_concentration")
+
+
+def _config_record(config: MarketplaceConfig) -> dict[str, object]:
+    """The configuration as config.json records it: every field, but the family fields only
+    where they differ from MarketplaceConfig's defaults."""
+    record = asdict(config)
+    defaults = MarketplaceConfig()
+    for name in _FAMILY_FIELDS:
+        if record[name] == getattr(defaults, name):
+            del record[name]
+    return record
+
+
 def _csv_bytes(frame: pd.DataFrame) -> bytes:
     buf = io.StringIO()
     frame.to_csv(buf, index=False, lineterminator="\n")
@@ -901,7 +1057,7 @@ def write_marketplace(
         else:
             contents[table] = (out / f"{table}.csv", data)
     contents["truth"] = (out / "truth.csv", _csv_bytes(frames["truth"]))
-    text = json.dumps(asdict(market.config), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(_config_record(market.config), indent=2, ensure_ascii=False) + "\n"
     contents["config"] = (out / "config.json", text.encode("utf-8"))
     _write_all_or_none({path: data for path, data in contents.values()})
     return {name: path for name, (path, _) in contents.items()}
