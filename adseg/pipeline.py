@@ -50,6 +50,16 @@ from adseg.interrupts import (
     signals_deferred,
 )
 from adseg.metrics import ari
+from adseg.model_stage import (
+    BACKTEST_FUSERS,
+    MODEL_SOURCE,
+    backtest_split,
+    choose_k,
+    fit_model_view,
+    make_backtest,
+    weights_from_backtest,
+)
+from adseg.selection import Backtest, mape_by_band, recommend
 from adseg.store import reads
 from adseg.store import results as store
 
@@ -230,6 +240,7 @@ class PulledData:
     train_delivery: pd.DataFrame
     eval_delivery: pd.DataFrame
     n_left_out: int = 0  # advertisers in the database that ``pull(only=...)`` left out
+    backtest: Backtest | None = None  # the training window split in time (model selection)
 
 
 def pull(engine: Engine, windows: Windows, only: pd.Index | None = None) -> PulledData:
@@ -249,19 +260,27 @@ def pull(engine: Engine, windows: Windows, only: pd.Index | None = None) -> Pull
         win, cost = reads.price_samples(conn, ids, windows.train_start, windows.train_end)
         train = reads.delivery(conn, windows.train_start, windows.train_end)
         evaluation = reads.delivery(conn, windows.eval_start, windows.eval_end)
+        split = backtest_split(windows.train_start, windows.train_end)
+        if split is not None:
+            fit_win, fit_cost = reads.price_samples(conn, ids, windows.train_start, split[0])
     if n_left_out:  # their delivery rows too
         train = train[train["advertiser_id"].isin(only)].reset_index(drop=True)
         evaluation = evaluation[evaluation["advertiser_id"].isin(only)].reset_index(drop=True)
     _require_window_data(windows, sum(len(s) for s in win), len(evaluation))
+    texts = adv["description"].tolist()
+    backtest = None
+    if split is not None:
+        backtest = make_backtest(fit_win, fit_cost, train, split[1], ids, texts)
     return PulledData(
         ids,
         adv.set_index("advertiser_id")["name"],
-        adv["description"].tolist(),
+        texts,
         win,
         cost,
         train,
         evaluation,
         n_left_out,
+        backtest,
     )
 
 
@@ -372,7 +391,9 @@ def _forecast_choices(config: NightlyConfig) -> dict[str, str]:
     return {name: getattr(config, name) for name in FORECAST_CHOICES}
 
 
-def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict):
+def _fit_one(
+    name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict, weights=None
+):
     """One fuser's labels, wall seconds and notes (runs in a worker process when n_jobs > 1);
     ``options`` are its constructor arguments beside n_clusters and random_state.
 
@@ -381,6 +402,8 @@ def _fit_one(name: str, labels: np.ndarray, n_segments: int, seed: int, options:
     asked: the caller logs them and records them in the run's row, where a worker's warnings
     would otherwise be lost."""
     cls = FUSERS[name]
+    if weights is not None and "weights" in cls().get_params():
+        options = {**options, "weights": weights}  # fusers without per-clustering weights: none
     t0 = time.perf_counter()
     with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -416,12 +439,14 @@ def fuse(
     progress: Progress | None = None,
     n_jobs: int = 1,
     options: dict | None = None,
+    weights: np.ndarray | None = None,
 ) -> Fusion:
     """Stage 3: every fuser on the base clusterings (a :class:`Fusion`); a failing alternative
     fuser is recorded and skipped, a failing primary fuser raises, a fuser's notes are logged.
 
     ``options`` ({fuser: {parameter: value}}, checked by :func:`check_fuser_options`) are
-    passed to the fusers' constructors. ``n_jobs`` > 1 runs the fusers in that many worker
+    passed to the fusers' constructors; ``weights`` (one per base clustering) to those that
+    take per-clustering weights. ``n_jobs`` > 1 runs the fusers in that many worker
     processes (each with one BLAS thread): they are independent, and the slowest (lta, rcc)
     dominate, so two cores nearly halve the stage. Memory: each worker holds its own fuser's
     n×n arrays."""
@@ -456,7 +481,9 @@ def fuse(
                 progress(f"fusing with {name}")
             record(
                 name,
-                lambda name=name: _fit_one(name, labels, n_segments, seed, options.get(name, {})),
+                lambda name=name: _fit_one(
+                    name, labels, n_segments, seed, options.get(name, {}), weights
+                ),
             )
         return Fusion(segmentations, seconds, errors, notes)
     if progress:
@@ -464,7 +491,7 @@ def fuse(
     # slowest first, so the two workers finish close together (costs measured at n = 1,268)
     slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
     # closing(): a failing primary fuser raised by record() stops the other workers at once
-    fits = _fit_in_processes(slow_first, labels, n_segments, seed, n_jobs, options)
+    fits = _fit_in_processes(slow_first, labels, n_segments, seed, n_jobs, options, weights)
     with closing(fits) as finished:
         for name, outcome in finished:
             record(name, outcome)
@@ -473,7 +500,14 @@ def fuse(
 
 
 def _fit_in_processes(
-    names, labels, n_segments: int, seed: int, n_jobs: int, options: dict, poll: float = 0.5
+    names,
+    labels,
+    n_segments: int,
+    seed: int,
+    n_jobs: int,
+    options: dict,
+    weights=None,
+    poll: float = 0.5,
 ):
     """Fit the fusers ``names`` (with their ``options``) in at most ``n_jobs`` worker processes
     at a time; yields (name, outcome) as each finishes, outcome() returning (labels, seconds) or
@@ -498,7 +532,7 @@ def _fit_in_processes(
             while waiting and len(running) < n_jobs:
                 name = waiting.pop(0)
                 receive, send = multiprocessing.Pipe(duplex=False)
-                args = (send, name, labels, n_segments, seed, options.get(name, {}))
+                args = (send, name, labels, n_segments, seed, options.get(name, {}), weights)
                 worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
                 # deferred: a stop raised in an at-fork hook printed a traceback. The worker is
                 # counted as running inside: a stop delivered as the block ends left it out of
@@ -540,12 +574,12 @@ def _worker_outcome(name: str, receive, worker) -> Callable:
 
 
 def _fuser_worker(
-    send, name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict
+    send, name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict, weights=None
 ) -> None:
     """A worker process's body: one fuser's (labels, seconds), or its exception, sent back."""
     _worker_init()
     try:
-        message = ("ok", _fit_one(name, labels, n_segments, seed, options))
+        message = ("ok", _fit_one(name, labels, n_segments, seed, options, weights))
     except Exception as exc:
         message = ("error", exc)
     try:
@@ -715,6 +749,9 @@ class NightlyResult:
     truth_ari: dict[str, float]
     fusers_left_out: list[str] = field(default_factory=list)
     primary_fuser: str = PRIMARY_FUSER  # the source whose segments are the product
+    recommended_source: str | None = None  # chosen by backtest (adseg.selection)
+    recommendation_reason: str = ""
+    mape_by_band: pd.DataFrame | None = None
 
 
 @contextmanager
@@ -858,6 +895,118 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
     log.info("stage %s: %.1f s", stage, timings[stage])
 
 
+class ModelStage(NamedTuple):
+    """What the model stage decided (see :func:`model_stage`)."""
+
+    k: int
+    labels: np.ndarray  # (n, m + 1) base clusterings, the model view's last
+    columns: pd.DataFrame
+    model_labels: np.ndarray
+    weights: np.ndarray  # (m + 1,) per-clustering fusion weights
+    backtest: pd.DataFrame | None  # per source: backtest MAPEs and score
+    recommended: str
+    reason: str
+    k_scores: dict
+    notes: list
+
+
+def _with_model_column(labels, columns, model, k: int):
+    """Base clusterings with the model view's labels appended as a column of view "model"."""
+    row = {
+        "view": MODEL_SOURCE,
+        "parameter": f"K={k}",
+        "n_clusters": int(np.unique(model[model >= 0]).size),
+        "n_excluded": int((model < 0).sum()),
+        "seconds": np.nan,
+    }
+    frame = (
+        pd.DataFrame([row])
+        if columns.empty
+        else pd.concat([columns, pd.DataFrame([row])], ignore_index=True)
+    )
+    return np.column_stack([labels, model]).astype(np.int64), frame
+
+
+def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]) -> ModelStage:
+    """The model view (its K by backtest), the fusion weights learned on the backtest, and the
+    recommended source: everything chosen inside the training window (adseg.selection)."""
+    requested = None
+    if config.n_segments is not None:
+        requested = choose_n_segments(views.columns, views.labels, config.n_segments)
+    choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
+    model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
+    labels, columns = _with_model_column(views.labels, views.columns, model, choices.k)
+    weights, scores = np.ones(labels.shape[1]), None
+    primary = config.primary()
+    recommended, reason = primary, "no backtest: the primary fuser"
+    if choices.fit_labels is not None:
+        try:
+            weights, scores = _backtest_sources(data.backtest, config, names, choices, columns)
+            recommended, reason = recommend(scores)
+        except ValueError as exc:
+            notes.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
+    if recommended == MODEL_SOURCE and any("did not converge" in n for n in notes):
+        recommended, reason = primary, "the model view did not converge: the primary fuser"
+    log.info("recommended source: %s (%s)", recommended, reason)
+    return ModelStage(
+        choices.k,
+        labels,
+        columns,
+        model,
+        weights,
+        scores,
+        recommended,
+        reason,
+        choices.k_scores,
+        choices.notes + notes,
+    )
+
+
+def _backtest_sources(backtest: Backtest, config, names, choices, columns):
+    """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
+    that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
+    held-out days, each base clustering as a source of its own and every source besides."""
+    from adseg.views import ViewConfig, build_base_clusterings
+
+    bt = build_base_clusterings(
+        backtest.win_samples,
+        backtest.cost_samples,
+        backtest.descriptions,
+        config=ViewConfig(alphas=tuple(config.alphas), min_samples=config.min_samples),
+        random_state=config.seed,
+    )
+    bt_labels, bt_columns = _with_model_column(bt.labels, bt.columns, choices.fit_labels, choices.k)
+    per_column = backtest.score(
+        {f"column {j}": bt_labels[:, j] for j in range(bt_labels.shape[1])},
+        random_state=config.seed,
+    )["score"]
+    keys = bt_columns["view"].astype(str) + "/" + bt_columns["parameter"].astype(str)
+    keyed = pd.Series(
+        per_column.reindex([f"column {j}" for j in range(len(keys))]).to_numpy(), index=keys
+    )
+    sources = single_view_segmentations(
+        bt.labels,
+        bt.columns,
+        choices.k,
+        config.single_view_alpha,
+        {"win_rate": backtest.win_samples, "ecpm_cost": backtest.cost_samples},
+    )
+    sources[MODEL_SOURCE] = choices.fit_labels
+    fusion = fuse(
+        bt_labels,
+        [f for f in names if f in BACKTEST_FUSERS],
+        choices.k,
+        config.seed,
+        primary="",  # a fuser failing on the backtest is not a failed run
+        n_jobs=config.n_jobs,
+        options=config.fuser_options,
+        weights=weights_from_backtest(bt_columns, bt_columns, keyed),
+    )
+    sources.update(fusion.segmentations)
+    scores = backtest.score(sources, random_state=config.seed)
+    return weights_from_backtest(columns, bt_columns, keyed), scores
+
+
 def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyResult:
     from adseg.views import clusters_per_view, view_consistency
 
@@ -874,10 +1023,12 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
     log.info("pulled %s advertisers", f"{len(data.advertiser_ids):,}")
     with _timed(timings, "views", progress):
         views = build_views(data, config)
-        labels, columns = views.labels, views.columns
+    names, left_out = fusers_for_size(config, views.labels.shape[0])
+    with _timed(timings, "model", progress):
+        chosen = model_stage(data, config, views, names)
+        labels, columns = chosen.labels, chosen.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
-    n_segments = choose_n_segments(columns, labels, config.n_segments)
-    names, left_out = fusers_for_size(config, labels.shape[0])
+    n_segments = chosen.k
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with _timed(timings, "fuse", progress):
         fusion = fuse(
@@ -889,14 +1040,16 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
             progress,
             n_jobs=config.n_jobs,
             options=config.fuser_options,
+            weights=chosen.weights,
         )
         segmentations = single_view_segmentations(
-            labels,
-            columns,
+            views.labels,
+            views.columns,
             n_segments,
             config.single_view_alpha,
             {"win_rate": data.win_samples, "ecpm_cost": data.cost_samples},
         )
+        segmentations[MODEL_SOURCE] = chosen.model_labels
         segmentations.update(fusion.segmentations)
         if config.truth_path:
             named = read_truth(config.truth_path)
@@ -931,12 +1084,16 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         truth_ari = truth_aris(segmentations["truth"], segmentations)
     timings["total"] = round(sum(timings.values()), 3)
     timings["fusers"] = fusion.seconds
+    counts = np.array([len(s) for s in data.win_samples])
+    bands = mape_by_band(result.forecasts, data.advertiser_ids, counts)
     resolved = {
         "n_segments": n_segments,
         "fuser_errors": fusion.errors,
         "fuser_notes": fusion.notes,
         "truth_ari": truth_ari,
         "fusers_left_out": left_out,
+        **_model_record(chosen, columns),
+        "mape_by_band": bands.to_dict(orient="records"),
     }
     store.complete_run(engine, run_id, timings, resolved)
     return NightlyResult(
@@ -949,7 +1106,27 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         truth_ari,
         left_out,
         config.primary(),
+        chosen.recommended,
+        chosen.reason,
+        bands,
     )
+
+
+def _model_record(chosen: ModelStage, columns: pd.DataFrame) -> dict:
+    """The run record of the model stage's choices (JSON-ready)."""
+    backtest = None
+    if chosen.backtest is not None:
+        backtest = chosen.backtest.rename_axis("source").reset_index().to_dict(orient="records")
+    return {
+        "recommended_source": chosen.recommended,
+        "recommendation_reason": chosen.reason,
+        "model": {"k": chosen.k, "k_backtest": chosen.k_scores, "notes": chosen.notes},
+        "column_weights": [
+            {"view": str(v), "parameter": str(p), "weight": float(w)}
+            for v, p, w in zip(columns["view"], columns["parameter"], chosen.weights, strict=True)
+        ],
+        "backtest": backtest,
+    }
 
 
 # --- single stages on an existing run (the CLI's views / segment / forecast) ------------------

@@ -1,0 +1,307 @@
+"""The model view: a mixture of multinomials over each advertiser's binned evidence, by MAP-EM.
+
+An advertiser i brings count vectors, one per evidence kind v (binned win-rate samples, binned
+eCPM-cost samples, the words of its description). Segment k emits the units of kind v from a
+categorical distribution θ_vk, so that
+
+    log p(i | k) = Σ_v w_v Σ_b s_vi C_v[i, b] log θ_vk[b],
+
+with ``w_v`` a weight per kind and ``s_vi = min(1, max_count / n_vi)`` capping the evidence of an
+advertiser at ``max_count`` units per kind: advertisers of one segment differ a little (their own
+price scale), so thousands of samples from one advertiser say less about its segment than their
+number suggests (a Dirichlet-multinomial's evidence saturates the same way). Every advertiser with
+any evidence gets the segment of highest posterior probability, however few its samples; one with
+a description only is placed by its words. Parameters get symmetric Dirichlet priors (pseudo-count
+``smoothing`` per bin, 1 per component for the weights π): the objective is the penalised
+log-likelihood, which no EM step decreases.
+
+The derivation and the measurements are in docs/algorithms/model_view.md.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClusterMixin, clone
+from sklearn.cluster import KMeans
+from sklearn.utils import check_random_state
+
+__all__ = ["MixtureSegmentation", "bin_edges", "binned_counts", "select_n_components"]
+
+
+def bin_edges(samples: list[np.ndarray], n_bins: int) -> np.ndarray:
+    """Inner edges (n_bins − 1,) of ``n_bins`` bins holding about equal shares of all samples
+    pooled (duplicates dropped, so fewer bins where the samples are on few values). O(N log N)."""
+    values = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in samples] or [[]])
+    values = values[np.isfinite(values)]
+    if values.size == 0 or n_bins < 2:
+        return np.empty(0)
+    inner = np.quantile(values, np.linspace(0, 1, int(n_bins) + 1)[1:-1])
+    return np.unique(inner)
+
+
+def binned_counts(samples: list[np.ndarray], edges: np.ndarray) -> sp.csr_matrix:
+    """(n, len(edges) + 1) sparse counts of each advertiser's samples per bin (NaN dropped).
+    Memory O(n · bins) at most; time O(N log bins)."""
+    n = len(samples)
+    sizes = np.array([np.size(s) for s in samples], dtype=np.int64)
+    values = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in samples] or [[]])
+    owner = np.repeat(np.arange(n), sizes)
+    ok = np.isfinite(values)
+    cols = np.searchsorted(edges, values[ok], side="right")
+    data = np.ones(int(ok.sum()))
+    out = sp.csr_matrix((data, (owner[ok], cols)), shape=(n, edges.size + 1))
+    out.sum_duplicates()
+    return out
+
+
+def _as_views(views) -> list[sp.csr_matrix]:
+    if not isinstance(views, list | tuple) or not views:
+        raise ValueError("views must be a non-empty list of (n_items, n_bins) count matrices.")
+    out = [sp.csr_matrix(v, dtype=np.float64) for v in views]
+    n = out[0].shape[0]
+    for j, v in enumerate(out):
+        if v.shape[0] != n:
+            raise ValueError(f"views[{j}] has {v.shape[0]} rows; views[0] has {n}.")
+        if v.nnz and (not np.all(np.isfinite(v.data)) or v.data.min() < 0):
+            raise ValueError(f"views[{j}] must hold finite counts >= 0.")
+    return out
+
+
+def _scaled(views: list[sp.csr_matrix], weights: np.ndarray, max_count: float):
+    """Each view's rows scaled by w_v · min(1, max_count / row total)."""
+    out = []
+    for v, w in zip(views, weights, strict=True):
+        totals = np.asarray(v.sum(axis=1)).ravel()
+        with np.errstate(divide="ignore"):
+            s = np.where(totals > max_count, max_count / np.maximum(totals, 1e-300), 1.0)
+        out.append(sp.diags(w * s) @ v)
+    return out
+
+
+class _Fit:
+    """One EM run's state: log θ per view (K, B_v), log π (K,), responsibilities (n, K)."""
+
+    def __init__(self, views, smoothing: float, resp: np.ndarray):
+        self.views, self.smoothing = views, smoothing
+        self.resp = resp
+        self.m_step()
+
+    def m_step(self) -> None:
+        r = self.resp
+        nk = r.sum(axis=0)
+        self.log_pi = np.log((nk + 1.0) / (nk.sum() + nk.size))
+        self.log_theta = []
+        for v in self.views:
+            stats = np.asarray((v.T @ r).T) + self.smoothing  # (K, B)
+            self.log_theta.append(np.log(stats / stats.sum(axis=1, keepdims=True)))
+
+    def log_joint(self) -> np.ndarray:
+        """(n, K) log π_k + log p(i | k). Cost O(nnz · K) per view."""
+        out = np.broadcast_to(self.log_pi, (self.views[0].shape[0], self.log_pi.size)).copy()
+        for v, lt in zip(self.views, self.log_theta, strict=True):
+            out += np.asarray(v @ lt.T)
+        return out
+
+    def objective(self, log_joint: np.ndarray) -> float:
+        """Penalised log-likelihood: data term + Dirichlet log-priors (constants dropped)."""
+        prior = sum(self.smoothing * lt.sum() for lt in self.log_theta) + self.log_pi.sum()
+        return float(logsumexp(log_joint, axis=1).sum() + prior)
+
+    def e_step(self) -> float:
+        lj = self.log_joint()
+        self.resp = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
+        return self.objective(lj)
+
+
+def _initial_resp(views, k: int, seed: int) -> np.ndarray:
+    """Hard responsibilities from weighted k-means on the advertisers' square-root histograms
+    (Hellinger geometry), each weighted by its capped evidence."""
+    feats, weight = [], np.zeros(views[0].shape[0])
+    for v in views:
+        totals = np.asarray(v.sum(axis=1)).ravel()
+        weight += totals
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = sp.diags(np.where(totals > 0, 1.0 / totals, 0.0)) @ v
+        feats.append(share.sqrt())
+    x = sp.hstack(feats).tocsr()
+    has = weight > 0
+    labels = np.zeros(x.shape[0], dtype=np.int64)
+    n_has = int(has.sum())
+    kk = min(k, n_has)
+    if kk >= 1:
+        km = KMeans(n_clusters=kk, n_init=1, random_state=seed)
+        labels[has] = km.fit_predict(x[has], sample_weight=weight[has])
+    resp = np.full((x.shape[0], k), 1e-3)
+    resp[np.arange(x.shape[0]), labels] = 1.0
+    return resp / resp.sum(axis=1, keepdims=True)
+
+
+def _canonical_order(views) -> np.ndarray:
+    """A permutation that depends on the rows' content only, not on their order: fits run in it,
+    so permuting the advertisers permutes the labels and nothing else."""
+    rng = np.random.RandomState(0x5EED)
+    keys = []
+    for v in views:
+        keys.append(np.asarray(v @ rng.standard_normal(v.shape[1])).ravel())
+        keys.append(np.asarray(v.sum(axis=1)).ravel())
+    return np.lexsort(keys[::-1])
+
+
+class MixtureSegmentation(ClusterMixin, BaseEstimator):
+    """Segment items by a mixture of multinomials over several kinds of binned counts.
+
+    Parameters
+    ----------
+    n_components : int, number of segments K.
+    view_weights : sequence of float ≥ 0, one per view (default 1 each).
+    max_count : float > 0, evidence cap per item and view (units, e.g. samples).
+    smoothing : float > 0, Dirichlet pseudo-count per bin.
+    n_init : int ≥ 1, k-means starts; the run with the highest objective is kept.
+    max_iter : int ≥ 1, EM iterations per start. tol : relative objective change to stop.
+    random_state : int, RandomState or None.
+
+    Attributes
+    ----------
+    labels_ : (n,) int, the MAP segment (items with no evidence get the most common segment).
+    resp_ : (n, K) posterior probabilities. log_theta_ : list of (K, B_v) log emission tables.
+    log_pi_ : (K,). objective_ : list of the kept run's objective per iteration (non-decreasing).
+    converged_ : bool. n_iter_ : int.
+
+    Cost: O(max_iter · n_init · (nnz + n) · K) time, O(n · K + K · Σ B_v) memory; nothing n × n.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 20,
+        *,
+        view_weights=None,
+        max_count: float = 100.0,
+        smoothing: float = 1.0,
+        n_init: int = 3,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.view_weights = view_weights
+        self.max_count = max_count
+        self.smoothing = smoothing
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def _check(self, views) -> tuple[list, np.ndarray]:
+        views = _as_views(views)
+        k = self.n_components
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"n_components must be an integer >= 1; got {k!r}.")
+        if k > views[0].shape[0]:
+            raise ValueError(f"n_components={k} is more than the {views[0].shape[0]} items.")
+        w = np.ones(len(views)) if self.view_weights is None else self.view_weights
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != (len(views),) or not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError(f"view_weights must be {len(views)} finite values >= 0; got {w}.")
+        for name in ("max_count", "smoothing"):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Real) and np.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
+        for name in ("n_init", "max_iter"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {value!r}.")
+        return views, w
+
+    def fit(self, views, y=None) -> MixtureSegmentation:
+        """views : list of (n, B_v) count matrices (dense or sparse), rows = items."""
+        views, w = self._check(views)
+        order = _canonical_order(views)
+        scaled = [v[order] for v in _scaled(views, w, float(self.max_count))]
+        rng = check_random_state(self.random_state)
+        best = None
+        for _ in range(int(self.n_init)):
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+            fit = _Fit(
+                scaled, float(self.smoothing), _initial_resp(scaled, self.n_components, seed)
+            )
+            trace, converged = self._em(fit)
+            if best is None or trace[-1] > best[1][-1]:
+                best = (fit, trace, converged)
+        fit, trace, converged = best
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size)
+        self.resp_ = fit.resp[inverse]
+        self.log_theta_, self.log_pi_ = fit.log_theta, fit.log_pi
+        self.objective_, self.converged_, self.n_iter_ = trace, converged, len(trace)
+        self.labels_ = np.argmax(self.resp_, axis=1).astype(np.int64)
+        return self
+
+    def _em(self, fit: _Fit) -> tuple[list[float], bool]:
+        trace = [fit.e_step()]
+        for _ in range(int(self.max_iter)):
+            fit.m_step()
+            trace.append(fit.e_step())
+            if abs(trace[-1] - trace[-2]) <= self.tol * abs(trace[-2]):
+                return trace, True
+        return trace, False
+
+    def predict_log_proba(self, views) -> np.ndarray:
+        """(n, K) log posterior of new items' segments under the fitted tables."""
+        views = _as_views(views)
+        w = np.ones(len(views)) if self.view_weights is None else np.asarray(self.view_weights)
+        lj = np.broadcast_to(self.log_pi_, (views[0].shape[0], self.log_pi_.size)).copy()
+        for v, lt in zip(_scaled(views, w, float(self.max_count)), self.log_theta_, strict=True):
+            lj += np.asarray(v @ lt.T)
+        return lj - logsumexp(lj, axis=1, keepdims=True)
+
+
+def select_n_components(
+    fold_a, fold_b, candidates, *, estimator: MixtureSegmentation
+) -> tuple[int, dict[int, float]]:
+    """Choose K by held-out likelihood: fit on each fold's views, score the other fold's counts
+    under each item's posterior-predictive mixture Σ_k r_ik θ_k (both directions). ``fold_a`` /
+    ``fold_b``: lists of views built from two disjoint halves of every item's samples (the same
+    bins). Returns (K with the highest held-out log-likelihood per unit, {K: that value})."""
+    scores = {}
+    for k in candidates:
+        total = units = 0.0
+        for fit_views, held in ((fold_a, fold_b), (fold_b, fold_a)):
+            est = clone(estimator).set_params(n_components=int(k)).fit(fit_views)
+            for j, v in enumerate(_as_views(held)):
+                if estimator.view_weights is not None and estimator.view_weights[j] == 0:
+                    continue
+                pred = np.log(est.resp_ @ np.exp(est.log_theta_[j]))  # (n, B_v)
+                total += float(v.multiply(pred).sum())
+                units += float(v.sum())
+        scores[int(k)] = total / max(units, 1.0)
+    best = max(scores, key=lambda k: (scores[k], -k))
+    return best, scores
+
+
+def model_features(
+    win_samples: list[np.ndarray],
+    descriptions,
+    *,
+    n_bins: int = 40,
+    edges: np.ndarray | None = None,
+) -> tuple[list[sp.csr_matrix], np.ndarray]:
+    """The model view's evidence: [(n, B) binned market-price counts, (n, V) word counts of the
+    descriptions] and the bin edges used (``n_bins`` equal-share bins of the pooled samples
+    unless ``edges`` is given). Words: lower-case tokens of two letters or more, English stop
+    words dropped, those of a single description dropped; an empty or missing description
+    brings no words. Memory O(N + n · words); cost O(N log n_bins + text length)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    if edges is None:
+        edges = bin_edges(win_samples, n_bins)
+    prices = binned_counts(win_samples, edges)
+    texts = ["" if t is None else str(t) for t in descriptions]
+    try:
+        words = CountVectorizer(stop_words="english", min_df=2).fit_transform(texts)
+    except ValueError:  # no word in two descriptions: the text brings no evidence
+        words = sp.csr_matrix((len(texts), 1))
+    return [prices, sp.csr_matrix(words, dtype=np.float64)], edges
