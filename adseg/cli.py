@@ -1155,10 +1155,40 @@ def print_nightly(result, windows) -> None:
     if len(found) and (reached := int(found.iloc[0])) != asked:  # sccbg may find fewer
         header += f" asked ({result.primary_fuser}, the primary fuser, found {reached})"
     out.print(header)
+    if result.recommended_source:
+        out.print(
+            f"recommended source: [bold]{result.recommended_source}[/bold] "
+            f"({result.recommendation_reason})"
+        )
     _print_mape_tables(mape, result.truth_ari)
+    _print_bands(result.mape_by_band, result.recommended_source)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
     out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
     _print_left_out(result.fusers_left_out)
+
+
+def _print_bands(bands, source: str | None) -> None:
+    """Impressions MAPE by training-sample band: the recommended source by method beside the
+    references (own samples; one global segment), the run's first supply mode."""
+    if bands is None or not len(bands) or source is None:
+        return
+    part = bands[bands["supply_mode"] == bands["supply_mode"].iloc[0]]
+    wide = part.pivot_table(
+        index="band", columns=["source", "method"], values="impressions_mape", sort=False
+    )
+    count = part[part["source"] == "own"].groupby("band", sort=False)["n_advertisers"].first()
+    shown = [(source, "segment"), (source, "blended"), ("own", "segment"), ("global", "blended")]
+    shown = [c for c in dict.fromkeys(shown) if c in wide.columns]
+    table = Table(title=f"Impressions MAPE by advertiser size (training samples): {source}")
+    table.add_column("band")
+    table.add_column("advertisers", justify="right")
+    for src, method in shown:
+        table.add_column(f"{src} ({method})", justify="right")
+    for band in wide.index:
+        n = count.get(band)
+        cells = [_pct(wide.loc[band, c]) for c in shown]
+        table.add_row(band, "" if n is None else str(int(n)), *cells)
+    out.print(table)
 
 
 def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:

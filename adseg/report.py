@@ -54,7 +54,7 @@ PAPER_MAPE = pd.DataFrame(
     }
 )
 
-JSON_SCHEMA_VERSION = 3
+JSON_SCHEMA_VERSION = 4
 JSON_TOP_LEVEL_KEYS = (
     "schema_version",
     "run_id",
@@ -72,6 +72,9 @@ JSON_TOP_LEVEL_KEYS = (
     "consistency",
     "clusters_per_view",
     "unscored_sources",
+    "recommended_source",
+    "recommendation",
+    "mape_by_band",
 )
 JSON_SOURCE_KEYS = (
     "impressions_mape",
@@ -83,10 +86,11 @@ JSON_SOURCE_KEYS = (
     "n_missing_forecast",
 )
 JSON_SCHEMA = """\
-render_json schema, version 3 (version 2 had no "unscored_sources", version 1 no
-"n_missing_forecast"). Numbers are JSON numbers; NaN, +inf and -inf are null.
+render_json schema, version 4 (version 3 had no "recommended_source", "recommendation" and
+"mape_by_band", version 2 no "unscored_sources", version 1 no "n_missing_forecast"). Numbers are
+JSON numbers; NaN, +inf and -inf are null.
 {
-  "schema_version": 3,
+  "schema_version": 4,
   "run_id":       run id (as given: string or integer),
   "status":       run status string, or null,
   "windows":      object as given in the run metadata, e.g.
@@ -112,7 +116,17 @@ render_json schema, version 3 (version 2 had no "unscored_sources", version 1 no
   "clusters_per_view": [{column: value}, ...]  clusters per view and α (Table 4), as given,
   "unscored_sources": [source, ...]  sources whose segments have no scores (remade by
                   `adseg segment` since the run's last forecast: `adseg forecast --run`
-                  scores them); they are missing from "sources" and "blended"
+                  scores them); they are missing from "sources" and "blended",
+  "recommended_source": source chosen by backtest on the training window, or null
+                  (a run made before version 4),
+  "recommendation": {"reason": text, "backtest": [{"source": s, "score": fraction,
+                  "impressions_mape_segment": ..., "impressions_mape_blended": ...,
+                  "spend_mape_segment": ..., "spend_mape_blended": ...}, ...] or null,
+                  "model": {"k": K, "k_backtest": {K: score}, "notes": [text]},
+                  "column_weights": [{"view", "parameter", "weight"}, ...]}, or null,
+  "mape_by_band": [{"source", "method", "supply_mode", "band", "n_advertisers",
+                  "impressions_mape", "spend_mape"}, ...]  per training-sample band
+                  ("0", "1-4", "5-19", "20-99", ">=100"); [] for a run before version 4
 }
 ENTRY = {"impressions_mape": fraction (0.16 = 16%) or null, "spend_mape": fraction or null,
          "n_advertisers": advertisers with a forecast (zero actuals included: an
@@ -208,6 +222,8 @@ class ReportData:
         if self.primary_source is not None:
             return self.primary_source
         params = self.run.get("parameters") or {}
+        if (params.get("resolved") or {}).get("recommended_source") in sources:
+            return params["resolved"]["recommended_source"]
         for key in ("primary_fuser", "fuser"):
             if params.get(key) in sources:
                 return params[key]
@@ -261,6 +277,29 @@ def _supply_modes(mape: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(mape["supply_mode"])) if len(mape) else []
 
 
+def _resolved(data: ReportData) -> dict:
+    return (data.run.get("parameters") or {}).get("resolved") or {}
+
+
+def _recommendation(data: ReportData) -> dict:
+    """The JSON's recommended_source, recommendation and mape_by_band (from the run record)."""
+    resolved = _resolved(data)
+    source = resolved.get("recommended_source")
+    detail = None
+    if source is not None:
+        detail = {
+            "reason": resolved.get("recommendation_reason"),
+            "backtest": resolved.get("backtest"),
+            "model": resolved.get("model"),
+            "column_weights": resolved.get("column_weights"),
+        }
+    return {
+        "recommended_source": source,
+        "recommendation": _plain(detail) if detail else None,
+        "mape_by_band": _plain(resolved.get("mape_by_band") or []),
+    }
+
+
 def render_json(data: ReportData) -> str:
     """The run's summary as JSON, schema :data:`JSON_SCHEMA` (top-level keys exactly
     :data:`JSON_TOP_LEVEL_KEYS`; each source entry exactly :data:`JSON_SOURCE_KEYS`)."""
@@ -298,6 +337,7 @@ def render_json(data: ReportData) -> str:
         "consistency": _records(data.consistency),
         "clusters_per_view": _records(data.clusters_per_view),
         "unscored_sources": data.unscored_sources(),
+        **_recommendation(data),
     }
     assert tuple(doc) == JSON_TOP_LEVEL_KEYS
     return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
@@ -548,6 +588,7 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         f"<title>adseg run {_e(run.get('run_id', ''))}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>adseg run {_e(run.get('run_id', ''))}</h1>",
+        *_summary_html(data, primary),
     ]
     meta = {
         "status": run.get("status"),
@@ -560,19 +601,6 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         _table(pd.DataFrame({"run": list(meta), "value": list(meta.values())}), cls="meta")
     )
     params = run.get("parameters") or {}
-    if params:
-        parts.append("<h2>Parameters</h2>")
-        parts.append(
-            _table(
-                pd.DataFrame(
-                    {
-                        "parameter": list(params),
-                        "value": [json.dumps(_plain(v)) for v in params.values()],
-                    }
-                ),
-                cls="meta",
-            )
-        )
 
     parts.append("<h2>Forecast error (MAPE) by segmentation source</h2>")
     parts.append(
@@ -654,8 +682,51 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
     if timings:
         parts.append("<h2>Timings</h2>")
         parts.append(_table(pd.DataFrame(timings, columns=["stage", "seconds"])))
+    if params:
+        parts.append("<h2>Parameters</h2>")
+        values = [json.dumps(_plain(v)) for v in params.values()]
+        frame = pd.DataFrame({"parameter": list(params), "value": values})
+        parts.append(_table(frame, cls="meta"))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _summary_html(data: ReportData, primary: str | None) -> list[str]:
+    """The page's opening: the recommended (or primary) source, its MAPE beside the references',
+    why it was chosen, and its MAPE by advertiser size band."""
+    resolved = _resolved(data)
+    source = resolved.get("recommended_source") or primary
+    if source is None or not len(data.mape):
+        return []
+    mode = "actual" if "actual" in _supply_modes(data.mape) else "forecast"
+    rows = data.mape[(data.mape["supply_mode"] == mode)]
+    shown = [s for s in (source, "own", "global", "truth") if s in set(rows["source"])]
+    table = rows[rows["source"].isin(shown)].pivot_table(
+        index="source", columns="method", values=["impressions_mape", "spend_mape"], sort=False
+    )
+    table.columns = [f"{what.removesuffix('_mape')} ({method})" for what, method in table.columns]
+    table = table.reindex(shown).reset_index()
+    how = "recommended" if resolved.get("recommended_source") else "primary"
+    out = [
+        "<h2>Summary</h2>",
+        f"<p>The {how} source is <b>{_e(source)}</b>"
+        + (
+            f": {_e(resolved['recommendation_reason'])}."
+            if resolved.get("recommendation_reason")
+            else "."
+        )
+        + f" MAPE with {_e(mode)} supply, beside the references:</p>",
+        _table(table, dict.fromkeys(table.columns[1:], "pct")),
+    ]
+    bands = pd.DataFrame(resolved.get("mape_by_band") or [])
+    if len(bands):
+        part = bands[(bands["source"] == source) & (bands["supply_mode"] == mode)]
+        part = part[["method", "band", "n_advertisers", "impressions_mape", "spend_mape"]]
+        out += [
+            f"<h3>{_e(source)}: MAPE by advertiser size (training samples)</h3>",
+            _table(part, {"impressions_mape": "pct", "spend_mape": "pct"}),
+        ]
+    return out
 
 
 def timing_rows(timings: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
