@@ -374,7 +374,7 @@ def choose_n_segments(columns: pd.DataFrame, labels: np.ndarray, requested: int 
                 f"ask for at most {distinct}."
             )
         return requested
-    ks = columns[columns["view"] != "text"]["n_clusters"]
+    ks = columns[~columns["view"].isin(("text", MODEL_SOURCE))]["n_clusters"]
     k = int(np.median(ks)) if len(ks) else int(np.median(columns["n_clusters"]))
     return int(min(max(k, 1), n))
 
@@ -1250,7 +1250,14 @@ def run_segment(
         k = choose_n_segments(columns, labels, asked.n_segments)
         names, left_out = fusers_for_size(config, labels.shape[0])
         fusion = fuse(
-            labels, names, k, config.seed, config.primary(), progress, options=config.fuser_options
+            labels,
+            names,
+            k,
+            config.seed,
+            config.primary(),
+            progress,
+            options=config.fuser_options,
+            weights=_stored_weights(stored, columns),
         )
         fused, errors = fusion.segmentations, fusion.errors
         train_start, train_end = (dt.date.fromisoformat(d) for d in run["windows"]["train"])
@@ -1300,15 +1307,26 @@ def run_segment(
     return _stage_on_run(engine, run_id, "segment", work)
 
 
+def _stored_weights(stored: dict, columns: pd.DataFrame) -> np.ndarray | None:
+    """The fusion weights the run's nightly learned (its backtest), for its stored base
+    clusterings; None (equal weights) for a run made before them."""
+    rows = (stored.get("resolved") or {}).get("column_weights") or []
+    if len(rows) != len(columns):
+        return None
+    return np.array([float(r["weight"]) for r in rows])
+
+
 def _segments_asked(config: NightlyConfig, stored: dict) -> int | None:
     """The number of segments `adseg segment` asks for: ``config.n_segments`` when given, else
     the one the run's parameters record as asked (its nightly's --segments, or the last
-    segment's), else None (the views' median, as the nightly chooses it). Without this a
-    nightly made with --segments 4 was re-segmented at the median and lost its 4 from the
-    record."""
+    segment's), else the number its nightly chose (by backtest), else None (the views'
+    median). Without this a nightly made with --segments 4 was re-segmented at the median and
+    lost its 4 from the record."""
     if config.n_segments is not None:
         return config.n_segments
     recorded = stored.get("n_segments")
+    if recorded is None:
+        recorded = (stored.get("resolved") or {}).get("n_segments")
     return None if recorded is None else int(recorded)
 
 
@@ -1407,7 +1425,7 @@ def _source_position(run: dict):
     """A sort key putting sources in the order the nightly prints them: the single views, the
     run's fusers, then truth, own, global and any other (alphabetically)."""
     fusers = list((run.get("parameters") or {}).get("fusers") or [])
-    order = [*SINGLE_VIEW_SOURCES, *fusers, "truth", "own", "global"]
+    order = [*SINGLE_VIEW_SOURCES, MODEL_SOURCE, *fusers, "truth", "own", "global"]
     rank = {s: i for i, s in enumerate(dict.fromkeys(order))}
     return lambda source: (rank.get(source, len(rank)), source)
 

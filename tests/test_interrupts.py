@@ -151,7 +151,7 @@ import numpy as np
 from adseg import pipeline
 from adseg.interrupts import Terminated, signals_as_exceptions
 
-def worker_state(name, labels, n_segments, seed, options):  # runs in the worker (fork)
+def worker_state(name, labels, n_segments, seed, options, weights=None):  # in the worker (fork)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     state = [s in blocked for s in (signal.SIGTERM, signal.SIGHUP)]
     state.append(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)

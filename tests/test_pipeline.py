@@ -202,9 +202,13 @@ def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir,
     windows = pipeline.default_windows(loaded)
     real_price_samples = reads.price_samples
 
+    committed = []
+
     def samples_then_an_ingest_commits(*args, **kwargs):
         out = real_price_samples(*args, **kwargs)
-        _ingest_a_newcomer(loaded, windows.eval_start)  # another process, between two reads
+        if not committed:  # another process, between two reads (the pull reads samples twice)
+            _ingest_a_newcomer(loaded, windows.eval_start)
+            committed.append(True)
         return out
 
     monkeypatch.setattr(reads, "price_samples", samples_then_an_ingest_commits)
@@ -415,7 +419,9 @@ def test_reports_from_the_cli(loaded, market_dir, db_url, tmp_path):
     assert {"run_id", "windows", "sources"} <= set(doc)
     assert set(doc["sources"]["rcc"]) == set(JSON_SOURCE_KEYS)
     # the nightly's order on every database (it was the database's row order)
-    assert list(doc["sources"]) == ["win_rate", "ecpm", "text", "rcc", "l2", "own", "global"]
+    assert list(doc["sources"]) == [
+        "win_rate", "ecpm", "text", "model", "rcc", "l2", "own", "global"
+    ]  # fmt: skip
     res = runner.invoke(app, ["report", "--database-url", db_url, "--format", "csv"])
     assert res.exit_code == 0
     assert res.stdout.splitlines()[0].startswith("advertiser_id")
@@ -703,10 +709,11 @@ def test_segment_remakes_the_nightlys_single_view_sources(loaded, market_dir):
     params_before = store.get_run(loaded, result.run_id)["parameters"]
     done = pipeline.run_segment(loaded, result.run_id, config)
     after = store.read_segments(loaded, result.run_id)
-    assert set(after) == set(before) == {*FAST_FUSERS, "win_rate", "ecpm", "text"}
+    assert set(after) == set(before) == {*FAST_FUSERS, "win_rate", "ecpm", "text", "model"}
     for source in before:
         pd.testing.assert_series_equal(after[source], before[source], obj=source)
-    assert sorted(done["unscored"]) == sorted(before)
+    # the model view is a base clustering, not remade from them: its scores stay
+    assert sorted(done["unscored"]) == sorted(set(before) - {"model"})
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fusers"] == params_before["fusers"] == list(FAST_FUSERS)
     assert params["resolved"]["n_segments"] == params_before["resolved"]["n_segments"]
@@ -2015,3 +2022,65 @@ def test_the_cli_reads_fuser_option_values_as_json_or_text():
     assert got == {"rcc": {"normalize": True, "tol": 1e-5}, "sccbg": {"gamma_grid": [0.5, 1]}}
     assert _fuser_options(["rcc.normalize=l1"]) == {"rcc": {"normalize": "l1"}}
     assert _fuser_options(None) == {}
+
+
+def test_choices_never_read_the_evaluation_window(loaded, market_dir):
+    """The model view's K, the fusion weights, the backtest and the recommended source come from
+    the training window only: rewriting every evaluation-window delivery row changes none."""
+    import sqlalchemy as sa
+
+    from adseg.store.models import Delivery
+
+    config = _config(market_dir, truth_path=None)
+    first = pipeline.run_nightly(loaded, config=config)
+    windows = pipeline.default_windows(loaded)
+    with loaded.begin() as conn:
+        conn.execute(
+            sa.update(Delivery)
+            .where(Delivery.date >= windows.eval_start)
+            .values(
+                bid_requests=Delivery.bid_requests * 5 + 2,
+                impressions=Delivery.impressions * 3 + 1,
+                spend_micros=Delivery.spend_micros * 7 + 3,
+                bid_micros=Delivery.bid_micros * 2,
+            )
+        )
+    second = pipeline.run_nightly(loaded, config=config)
+    chosen = [store.get_run(loaded, r.run_id)["parameters"]["resolved"] for r in (first, second)]
+    for key in ("recommended_source", "model", "column_weights", "backtest"):
+        assert chosen[0][key] == chosen[1][key], key
+    assert chosen[0]["backtest"], "the small marketplace has a backtest"
+    mape = [
+        r.result.mape.set_index(["source", "method"])["impressions_mape"] for r in (first, second)
+    ]
+    assert not np.allclose(mape[0], mape[1]), "the evaluation window did change"
+    for source in ("rcc", "model"):
+        np.testing.assert_array_equal(
+            store.read_segments(loaded, first.run_id)[source],
+            store.read_segments(loaded, second.run_id)[source],
+        )
+
+
+def test_nightly_records_the_recommendation_and_size_bands(loaded, market_dir):
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
+    scored = {row["source"] for row in resolved["backtest"]}
+    assert resolved["recommended_source"] in scored
+    assert {"model", "rcc", "l2", "win_rate", "own", "global"} <= scored
+    best = min(resolved["backtest"], key=lambda row: row["score"])
+    assert best["source"] == resolved["recommended_source"]
+    assert len(resolved["column_weights"]) == len(
+        store.read_base_clusterings(loaded, result.run_id)[2]
+    )
+    bands = pd.DataFrame(resolved["mape_by_band"])
+    assert set(bands["source"]) == set(result.result.mape["source"])
+    assert bands.groupby(["source", "method", "supply_mode"])["n_advertisers"].sum().eq(200).all()
+    doc = json.loads(
+        runner.invoke(
+            app,
+            ["report", "--run", str(result.run_id), "--format", "json"],
+            env={"ADSEG_DATABASE_URL": str(loaded.url.render_as_string(False))},
+        ).stdout
+    )
+    assert doc["recommended_source"] == resolved["recommended_source"]
+    assert doc["mape_by_band"]

@@ -162,8 +162,11 @@ def test_json_schema_keys_are_stable(data):
         "consistency",
         "clusters_per_view",
         "unscored_sources",
+        "recommended_source",
+        "recommendation",
+        "mape_by_band",
     }
-    assert doc["schema_version"] == 3 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
+    assert doc["schema_version"] == 4 and doc["run_id"] == 42 and doc["supply_mode"] == "actual"
     assert set(doc["sources"]) == {"rcc", "text", "own", "global"}
     for block in (doc["sources"], doc["blended"], *doc["supply_forecast"].values()):
         for entry in block.values():
@@ -215,7 +218,8 @@ def _stored_style_mape(**extra) -> pd.DataFrame:
 def test_html_shows_an_infinite_kappa_as_infinity_not_as_not_applicable():
     """A blended row's NULL κ is κ = ∞ (the JSON schema says so); the HTML showed "—"."""
     page = render_html(ReportData(run={"run_id": 1}, mape=_stored_style_mape()))
-    row = re.search(r"<tr><td>s</td>.*?</tr>", page, re.S).group(0)
+    tables = page[page.index("<h2>Forecast error") :]  # after the summary, which shows no κ
+    row = re.search(r"<tr><td>s</td>.*?</tr>", tables, re.S).group(0)
     assert "∞" in row and "2.5" in row
 
 
@@ -460,3 +464,29 @@ def test_the_cdf_plot_note_says_how_many_segments_it_draws():
     assert "all 5 of its segments" in note(5)
     assert "the 12 largest of its 30 segments" in note(30)
     assert "its segment " in note(1) and note(0) == ""
+
+
+def test_html_and_json_lead_with_the_recommended_source(data):
+    """A run's recommendation (its reason escaped) opens the page, with the MAPE by size band;
+    the parameter dump comes last; the JSON names the source."""
+    resolved = {
+        "recommended_source": "rcc",
+        "recommendation_reason": "lowest backtest <MAPE>",
+        "mape_by_band": [
+            {"source": "rcc", "method": "segment", "supply_mode": "actual", "band": "1-4",
+             "n_advertisers": 3, "impressions_mape": 0.25, "spend_mape": 0.5},
+        ],
+    }  # fmt: skip
+    run = {**data.run, "parameters": {"seed": 3, "resolved": resolved}}
+    report = ReportData(run=run, mape=data.mape)
+    page = render_html(report)
+    summary = page.index("<h2>Summary</h2>")
+    assert summary < page.index("<h2>Forecast error") < page.index("<h2>Parameters</h2>")
+    assert "<b>rcc</b>: lowest backtest &lt;MAPE&gt;" in page
+    assert "MAPE by advertiser size" in page
+    doc = json.loads(render_json(report))
+    assert doc["recommended_source"] == "rcc"
+    assert doc["recommendation"]["reason"] == "lowest backtest <MAPE>"
+    assert doc["mape_by_band"][0]["band"] == "1-4"
+    plain = json.loads(render_json(data))  # a run made before the recommendation
+    assert plain["recommended_source"] is None and plain["mape_by_band"] == []
