@@ -36,6 +36,7 @@ test: $(BIN)/adseg
 lint: $(BIN)/adseg
 	$(BIN)/ruff check adseg tests benchmarks
 	$(BIN)/ruff format --check adseg tests benchmarks
+	$(BIN)/lint-imports
 
 format: $(BIN)/adseg
 	$(BIN)/ruff format adseg tests benchmarks
