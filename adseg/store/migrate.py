@@ -1,4 +1,5 @@
-"""Run the Alembic migrations in migrations/ programmatically (``adseg db upgrade``)."""
+"""Run the Alembic migrations in adseg/store/migrations/ programmatically (``adseg db upgrade``).
+They ship inside the package, so an installed wheel can migrate."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy import Connection, Engine, text
 
 from adseg.store.engine import use_wal
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 MIGRATION_LOCK_KEY = int.from_bytes(b"adsegmig", "big")
 """Key of the PostgreSQL advisory lock that serialises migrations (a fixed BIGINT)."""
 
@@ -35,8 +36,8 @@ def lock_migrations(connection: Connection) -> None:
 def _config(engine: Engine) -> Config:
     if not (MIGRATIONS_DIR / "env.py").exists():
         raise FileNotFoundError(
-            f"Alembic migrations not found at {MIGRATIONS_DIR}; install adseg from its source "
-            "tree (pip install -e .)."
+            f"Alembic migrations not found at {MIGRATIONS_DIR}: this adseg installation is "
+            "incomplete (reinstall adseg)."
         )
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
