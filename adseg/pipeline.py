@@ -945,7 +945,7 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
             recommended, reason = recommend(scores)
         except ValueError as exc:
             notes.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
-    if recommended == MODEL_SOURCE and any("did not converge" in n for n in notes):
+    if any("did not converge" in n for n in notes):  # the paper's source, not a doubtful one
         recommended, reason = primary, "the model view did not converge: the primary fuser"
     log.info("recommended source: %s (%s)", recommended, reason)
     return ModelStage(

@@ -718,6 +718,8 @@ def _summary_html(data: ReportData, primary: str | None) -> list[str]:
         + f" MAPE with {_e(mode)} supply, beside the references:</p>",
         _table(table, dict.fromkeys(table.columns[1:], "pct")),
     ]
+    for note in (resolved.get("model") or {}).get("notes") or []:
+        out.append(f'<p class="warn">{_e(note)}</p>')
     bands = pd.DataFrame(resolved.get("mape_by_band") or [])
     if len(bands):
         part = bands[(bands["source"] == source) & (bands["supply_mode"] == mode)]

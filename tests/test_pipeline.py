@@ -2084,3 +2084,20 @@ def test_nightly_records_the_recommendation_and_size_bands(loaded, market_dir):
     )
     assert doc["recommended_source"] == resolved["recommended_source"]
     assert doc["mape_by_band"]
+
+
+def test_a_model_view_that_does_not_converge_is_noted_and_not_recommended(
+    loaded, market_dir, monkeypatch
+):
+    from adseg import model_stage
+    from adseg.mixture import MixtureSegmentation
+
+    def one_iteration(seed, n_components=20):
+        return MixtureSegmentation(n_components, max_iter=1, tol=0.0, random_state=seed)
+
+    monkeypatch.setattr(model_stage, "estimator", one_iteration)
+    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
+    assert any("did not converge" in note for note in resolved["model"]["notes"])
+    assert resolved["recommended_source"] == "rcc" == result.recommended_source
+    assert "did not converge" in result.recommendation_reason
