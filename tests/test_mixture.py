@@ -94,7 +94,9 @@ def test_binning_matches_numpy_histogram():
     full = np.concatenate([[-np.inf], edges, [np.inf]])
     for row, s in zip(counts, samples, strict=True):
         # bins are [e_j, e_{j+1}): numpy's are too, but for its last bin
-        expected = np.array([np.sum((s >= lo) & (s < hi)) for lo, hi in zip(full, full[1:])])
+        expected = np.array(
+            [np.sum((s >= lo) & (s < hi)) for lo, hi in zip(full[:-1], full[1:], strict=True)]
+        )
         np.testing.assert_array_equal(row, expected)
 
 

@@ -321,19 +321,25 @@ def test_within_segment_ks_is_smaller_than_between(default):
     assert np.mean(within < np.median(between)) > 0.95
 
 
-def test_true_landscape_matches_the_logged_sample(default):
-    """Win rate of clean logged auctions vs the true F at the day's bid (z-test per bin)."""
-    clean = _clean_train(default)
-    # One true-landscape evaluation per distinct (advertiser, bid): ~7 per advertiser.
+def _landscape_cells(market):
+    """Clean logged training auctions per distinct (advertiser, bid) — about 7 per advertiser —
+    with rows, wins and paid sum, and true_landscape's (win rate, paid eCPM) at each."""
+    clean = _clean_train(market)
     cells = (
         clean.assign(paid=clean["paid_ecpm"].fillna(0.0))
         .groupby(["advertiser_id", "bid_ecpm"], sort=True)
         .agg(rows=("won", "size"), wins=("won", "sum"), paid_sum=("paid", "sum"))
         .reset_index()
     )
-    truth = default.truth.set_index("advertiser_id").loc[cells["advertiser_id"]].reset_index()
-    # Base distribution; the market levels vary by ±3% a day, well inside the tolerance below.
+    truth = market.truth.set_index("advertiser_id").loc[cells["advertiser_id"]].reset_index()
     win, ecpm = true_landscape(truth, cells["bid_ecpm"].to_numpy())
+    return cells, win, ecpm
+
+
+def test_true_landscape_matches_the_logged_sample(default):
+    """Win rate of clean logged auctions vs the true F at the day's bid (z-test per bin)."""
+    # Base distribution; the market levels vary by ±3% a day, well inside the tolerance below.
+    cells, win, ecpm = _landscape_cells(default)
     rows, wins = cells["rows"].to_numpy(), cells["wins"].to_numpy()
     assert abs(wins.sum() / rows.sum() - (win * rows).sum() / rows.sum()) < 0.01
     # Calibration: within deciles of the true win rate, the empirical win share agrees.
@@ -621,15 +627,8 @@ def test_gamma_market_prices_follow_the_exact_cdf():
 
 def test_gamma_true_landscape_matches_the_logged_sample(gamma_market):
     """Win rate and paid eCPM of clean logged auctions vs true_landscape at the day's bid."""
-    clean = _clean_train(gamma_market)
-    cells = (
-        clean.assign(paid=clean["paid_ecpm"].fillna(0.0))
-        .groupby(["advertiser_id", "bid_ecpm"], sort=True)
-        .agg(rows=("won", "size"), wins=("won", "sum"), paid_sum=("paid", "sum"))
-        .reset_index()
-    )
+    cells, win, ecpm = _landscape_cells(gamma_market)
     truth = gamma_market.truth.set_index("advertiser_id").loc[cells["advertiser_id"]].reset_index()
-    win, ecpm = true_landscape(truth, cells["bid_ecpm"].to_numpy())
     rows, wins = cells["rows"].to_numpy(), cells["wins"].to_numpy()
     assert rows.sum() > 5000
     assert abs(wins.sum() / rows.sum() - (win * rows).sum() / rows.sum()) < 0.01
