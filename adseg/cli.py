@@ -1160,7 +1160,7 @@ def print_nightly(result, windows) -> None:
             f"recommended source: [bold]{result.recommended_source}[/bold] "
             f"({result.recommendation_reason})"
         )
-    _print_mape_tables(mape, result.truth_ari)
+    _print_mape_tables(mape, result.truth_ari, result.recommended_source)
     _print_bands(result.mape_by_band, result.recommended_source)
     stages = {k: v for k, v in result.timings.items() if isinstance(v, float)}
     out.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
@@ -1191,9 +1191,12 @@ def _print_bands(bands, source: str | None) -> None:
     out.print(table)
 
 
-def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
+def _print_mape_tables(
+    mape, truth_ari: dict[str, float] | None = None, recommended: str | None = None
+) -> None:
     """One table per supply mode: each source's impressions and spend MAPE by method, its
-    segment and advertiser counts, and (when given) its ARI against the true segments."""
+    segment and advertiser counts, and (when given) its ARI against the true segments; the
+    ``recommended`` source first, marked."""
     for mode in [m for m in ("actual", "forecast") if m in set(mape["supply_mode"])]:
         table = Table(title=f"MAPE by segmentation source (supply: {mode})")
         table.add_column("source")
@@ -1207,7 +1210,11 @@ def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
         if truth_ari:
             table.add_column("ARI vs truth", justify="right")
         sub = mape[mape["supply_mode"] == mode]
-        for source in dict.fromkeys(sub["source"]):
+        sources = list(dict.fromkeys(sub["source"]))
+        if recommended in sources:
+            sources.remove(recommended)
+            sources.insert(0, recommended)
+        for source in sources:
             rows = sub[sub["source"] == source].set_index("method")
             cells = []
             for m in methods:
@@ -1223,7 +1230,8 @@ def _print_mape_tables(mape, truth_ari: dict[str, float] | None = None) -> None:
             if truth_ari:
                 ari_value = truth_ari.get(source)
                 extra.append("" if ari_value is None else f"{ari_value:.3f}")
-            table.add_row(source, *cells, *extra)
+            name = f"{source} (recommended)" if source == recommended else source
+            table.add_row(name, *cells, *extra)
         out.print(table)
         if "n_missing_forecast" in sub and (missing := int(sub["n_missing_forecast"].max())):
             out.print(
