@@ -14,12 +14,9 @@
 #                        step. A prune that fails after a completed run is a warning in the log
 #                        (exit 0: the night's run is done; the next night prunes)
 #
-# Exit codes a scheduler can act on: 0 done; 1 the run failed (its run row says why: `adseg runs`);
-# 2 bad input or configuration (fix before retrying; also a missing $ADSEG_INBOX folder, a
-#   missing SQLite database, an ADSEG_HOME where reports/ and logs/ cannot be written);
-# 75 another nightly holds the lock, the SQLite database is locked by another writer, or the
-#    database server cannot be reached (retry);
-# 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (the run is marked failed, lock released).
+# Exit codes a scheduler can act on (adseg's own, passed through, and this script's: a missing
+# $ADSEG_INBOX folder or SQLite database, a bad ADSEG_KEEP_RUNS, an ADSEG_HOME that cannot hold
+# reports/ and logs/): the one table in docs/cli.md ("Exit codes").
 set -uo pipefail
 # Each step runs in the background so that a SIGINT / SIGTERM / SIGHUP to this script (a
 # scheduler stopping it, Ctrl-C) is passed on to adseg, as the same signal, which then marks its

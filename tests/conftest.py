@@ -76,7 +76,9 @@ def db_url(request, tmp_path):
         return
     url = os.environ.get(POSTGRES_ENV)
     if not url:
-        pytest.skip(f"PostgreSQL tests need ${POSTGRES_ENV} (CI sets it; see README)")
+        pytest.skip(
+            f"PostgreSQL tests need ${POSTGRES_ENV} (CI sets it; see docs/operations-setup.md)"
+        )
     engine = _reset_postgres(url)
     engine.dispose()
     yield url
