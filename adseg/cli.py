@@ -1014,8 +1014,8 @@ def nightly(
     segments: Annotated[
         int | None,
         typer.Option(
-            help="Number of segments (default: the median cluster count of the KS views; of "
-            "the text view when both KS views are skipped).",
+            help="Number of segments of the model view and the fusers (default: chosen by "
+            "backtest on the training window; the middle candidate when it is too short).",
             min=1,
         ),
     ] = None,

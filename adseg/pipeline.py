@@ -1,6 +1,7 @@
 """The nightly pipeline (DESIGN.md §2) with run bookkeeping:
 
-pull → views → fuse → regenerate → forecast → score → persist → report.
+pull → views → model (+ backtest: K, weights, recommended source) → fuse → regenerate →
+forecast → score → persist → report.
 
 Each stage is a function; :func:`run_nightly` runs them under a run row and the nightly lock.
 Results are written in one transaction per stage and become visible when the run completes.
