@@ -2101,3 +2101,27 @@ def test_a_model_view_that_does_not_converge_is_noted_and_not_recommended(
     assert any("did not converge" in note for note in resolved["model"]["notes"])
     assert resolved["recommended_source"] == "rcc" == result.recommended_source
     assert "did not converge" in result.recommendation_reason
+
+
+def test_a_backtest_whose_held_out_actuals_are_all_zero_falls_back(loaded, market_dir):
+    """Held-out days whose delivery is all zero cannot score any candidate: the run completes
+    with the middle of the K grid, equal weights and the primary fuser (it failed with
+    KeyError: 'impressions_mape_blended', QA)."""
+    import sqlalchemy as sa
+
+    from adseg.model_stage import backtest_split
+    from adseg.store.models import Delivery
+
+    windows = pipeline.default_windows(loaded)
+    first_held = backtest_split(windows.train_start, windows.train_end)[1]
+    with loaded.begin() as conn:
+        conn.execute(
+            sa.update(Delivery)
+            .where((Delivery.date >= first_held) & (Delivery.date <= windows.train_end))
+            .values(impressions=0, spend_micros=0)
+        )
+    result = pipeline.run_nightly(loaded, windows, _config(market_dir, truth_path=None))
+    resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
+    assert result.recommended_source == resolved["recommended_source"] == "rcc"
+    assert any("backtest failed" in note for note in resolved["model"]["notes"])
+    assert {row["weight"] for row in resolved["column_weights"]} == {1.0}
