@@ -2125,3 +2125,32 @@ def test_a_backtest_whose_held_out_actuals_are_all_zero_falls_back(loaded, marke
     assert result.recommended_source == resolved["recommended_source"] == "rcc"
     assert any("backtest failed" in note for note in resolved["model"]["notes"])
     assert {row["weight"] for row in resolved["column_weights"]} == {1.0}
+
+
+def test_the_band_table_shows_a_band_whose_actuals_are_all_zero(monkeypatch):
+    """A band with only zero actuals has NaN MAPEs: the console table says n/a for it (the
+    pivot dropped the whole row, so the band vanished from the table, QA)."""
+    import io
+
+    from rich.console import Console
+
+    from adseg import cli
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buffer, width=200))
+    rows = [
+        (band, source, method, mape)
+        for band, mapes in (("0", [np.nan] * 4), ("1-4", [0.1, 0.2, 0.3, np.nan]))
+        for (source, method), mape in zip(
+            [("model", "segment"), ("model", "blended"), ("own", "segment"), ("global", "blended")],
+            mapes,
+            strict=True,
+        )
+    ]
+    bands = pd.DataFrame(rows, columns=["band", "source", "method", "impressions_mape"])
+    cli._print_bands(bands.assign(supply_mode="actual", n_advertisers=3), "model")
+    lines = {
+        line.split("│")[1].strip(): line for line in buffer.getvalue().splitlines() if "│" in line
+    }
+    assert set(lines) == {"0", "1-4"}, buffer.getvalue()
+    assert lines["0"].count("n/a") == 4 and lines["1-4"].count("n/a") == 1
