@@ -1293,6 +1293,13 @@ def run_segment(
             ran=names,
         )
         parameters["resolved"]["fusers_left_out"] = left_out
+        # the bands of replaced or dropped segments described scores that are gone
+        gone = set(segmentations) | set(dropped)
+        parameters["resolved"]["mape_by_band"] = [
+            row
+            for row in parameters["resolved"].get("mape_by_band") or []
+            if row.get("source") not in gone
+        ]
         out = {
             "segments": fused,
             "single_view": {s: v for s, v in segmentations.items() if s not in fused},
@@ -1413,7 +1420,13 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result, _forecast_choices(config) | {"forecast_seed": config.seed}, {}
+        # the bands of the new scores: the nightly's described forecasts that are now replaced
+        counts = np.array([len(s) for s in data.win_samples])
+        bands = mape_by_band(result.forecasts, data.advertiser_ids, counts)
+        resolved = dict((run["parameters"] or {}).get("resolved") or {})
+        resolved["mape_by_band"] = bands.to_dict(orient="records")
+        parameters = _forecast_choices(config) | {"forecast_seed": config.seed}
+        return result, parameters | {"resolved": resolved}, {}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

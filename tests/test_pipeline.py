@@ -2154,3 +2154,25 @@ def test_the_band_table_shows_a_band_whose_actuals_are_all_zero(monkeypatch):
     }
     assert set(lines) == {"0", "1-4"}, buffer.getvalue()
     assert lines["0"].count("n/a") == 4 and lines["1-4"].count("n/a") == 1
+
+
+def test_segment_and_forecast_keep_the_size_bands_in_step_with_the_scores(loaded, market_dir):
+    """`segment --run` removes the scores of the segments it replaces, and `forecast --run`
+    scores them again: the run's MAPE by size band (JSON and HTML summary) followed neither and
+    showed the replaced segments' band MAPEs beside the new ones (QA)."""
+    from adseg.selection import mape_by_band
+
+    config = _config(market_dir, truth_path=None)
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+
+    def bands():
+        resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
+        return pd.DataFrame(resolved["mape_by_band"])
+
+    pipeline.run_segment(loaded, run_id, replace(config, n_segments=4))
+    assert set(bands()["source"]) == {"model", "own", "global"}  # the others are unscored
+    result = pipeline.run_forecast(loaded, run_id, config)
+    data = pipeline.pull(loaded, pipeline.default_windows(loaded))
+    counts = [len(s) for s in data.win_samples]
+    expected = mape_by_band(result.forecasts, data.advertiser_ids, counts)
+    pd.testing.assert_frame_equal(bands(), expected, check_dtype=False)
