@@ -2176,3 +2176,27 @@ def test_segment_and_forecast_keep_the_size_bands_in_step_with_the_scores(loaded
     counts = [len(s) for s in data.win_samples]
     expected = mape_by_band(result.forecasts, data.advertiser_ids, counts)
     pd.testing.assert_frame_equal(bands(), expected, check_dtype=False)
+
+
+@pytest.mark.parametrize("recommended", ["global", "own"])
+def test_a_recommended_reference_is_one_row_of_the_summary(recommended):
+    """When the backtest recommends a reference (own or global; the tiny marketplace's is
+    global), the HTML summary listed its row twice: once as the recommended source, once as a
+    reference (QA)."""
+    from adseg.report import ReportData, render_html
+
+    mape = pd.DataFrame(
+        [
+            (source, "actual", method, 0.2, 0.3, 4)
+            for source in ("rcc", "own", "global")
+            for method in ("segment", "blended")
+        ],
+        columns=["source", "supply_mode", "method", "impressions_mape", "spend_mape", "n_segments"],
+    )
+    resolved = {"recommended_source": recommended, "recommendation_reason": "lowest"}
+    page = render_html(
+        ReportData(run={"run_id": 1, "parameters": {"resolved": resolved}}, mape=mape)
+    )
+    summary = page[page.index("<h2>Summary</h2>") : page.index('<table class="meta"')]
+    assert summary.count(f"<td>{recommended}</td>") == 1, summary
+    assert summary.count("<td>own</td>") == summary.count("<td>global</td>") == 1
