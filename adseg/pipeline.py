@@ -992,15 +992,16 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
         {"win_rate": backtest.win_samples, "ecpm_cost": backtest.cost_samples},
     )
     sources[MODEL_SOURCE] = choices.fit_labels
+    bt_weights = weights_from_backtest(bt_columns, bt_columns, keyed)
     fusion = fuse(
         bt_labels,
         [f for f in names if f in BACKTEST_FUSERS],
-        choices.k,
+        min(choices.k, count_label_groups(bt_labels, bt_weights)[0]),  # as the run's fusers
         config.seed,
         primary="",  # a fuser failing on the backtest is not a failed run
         n_jobs=config.n_jobs,
         options=config.fuser_options,
-        weights=weights_from_backtest(bt_columns, bt_columns, keyed),
+        weights=bt_weights,
     )
     sources.update(fusion.segmentations)
     scores = backtest.score(sources, random_state=config.seed)
@@ -1029,6 +1030,8 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         labels, columns = chosen.labels, chosen.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
     n_segments = chosen.k
+    if config.n_segments is None:  # the model view may leave some of its K segments empty
+        n_segments = min(n_segments, count_label_groups(labels, chosen.weights)[0])
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with _timed(timings, "fuse", progress):
         fusion = fuse(

@@ -2200,3 +2200,24 @@ def test_a_recommended_reference_is_one_row_of_the_summary(recommended):
     summary = page[page.index("<h2>Summary</h2>") : page.index('<table class="meta"')]
     assert summary.count(f"<td>{recommended}</td>") == 1, summary
     assert summary.count("<td>own</td>") == summary.count("<td>global</td>") == 1
+
+
+def test_the_fusers_are_never_asked_more_segments_than_the_views_tell_apart(engine, tmp_path):
+    """K chosen by backtest is the model view's number of components, some of which EM may
+    leave empty: with few samples per advertiser and no descriptions the base clusterings
+    showed 37 distinct label rows, the primary fuser was asked for K = 40 and the run failed
+    ("n_clusters=40 exceeds the 37 distinct label rows", QA). The fusers get at most that."""
+    from adseg.consensus import count_label_groups
+
+    config = MarketplaceConfig(
+        n_advertisers=200, n_segments=12, seed=3, median_train_samples=4, min_train_samples=1
+    )
+    market = simulate_marketplace(config)
+    market.advertisers["description"] = ""
+    write_marketplace(market, tmp_path)
+    write_batch(engine, read_directory(tmp_path))
+    result = pipeline.run_nightly(engine, config=pipeline.NightlyConfig(fusers=FAST_FUSERS, seed=0))
+    resolved = store.get_run(engine, result.run_id)["parameters"]["resolved"]
+    _, labels, _ = store.read_base_clusterings(engine, result.run_id)
+    assert resolved["n_segments"] <= count_label_groups(labels)[0] < resolved["model"]["k"]
+    assert {"rcc", "l2"} <= {row["source"] for row in resolved["backtest"]}
