@@ -1174,11 +1174,16 @@ def _print_bands(bands, source: str | None) -> None:
         return
     part = bands[bands["supply_mode"] == bands["supply_mode"].iloc[0]]
     wide = part.pivot_table(
-        index="band", columns=["source", "method"], values="impressions_mape", sort=False
+        index="band",
+        columns=["source", "method"],
+        values="impressions_mape",
+        sort=False,
+        dropna=False,  # a band whose actuals are all zero shows n/a, not nothing
     )
     count = part[part["source"] == "own"].groupby("band", sort=False)["n_advertisers"].first()
     shown = [(source, "segment"), (source, "blended"), ("own", "segment"), ("global", "blended")]
-    shown = [c for c in dict.fromkeys(shown) if c in wide.columns]
+    present = set(zip(part["source"], part["method"], strict=True))
+    shown = [c for c in dict.fromkeys(shown) if c in present]
     table = Table(title=f"Impressions MAPE by advertiser size (training samples): {source}")
     table.add_column("band")
     table.add_column("advertisers", justify="right")

@@ -79,7 +79,11 @@ def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int
     if backtest is None:
         k = grid[len(grid) // 2]
         return Choices(k, notes=[f"no backtest (training window too short): model K = {k}"])
-    k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS)
+    try:
+        k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS)
+    except ValueError as exc:  # no candidate scored (e.g. every held-out actual is zero)
+        k = grid[len(grid) // 2]
+        return Choices(k, notes=[f"backtest failed ({str(exc).rstrip('.')}): model K = {k}"])
     log.info("model view: K = %d by backtest (%s)", k, _scores_text(scores))
     return Choices(k, scores, fits[k].labels_)
 

@@ -993,15 +993,16 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
         {"win_rate": backtest.win_samples, "ecpm_cost": backtest.cost_samples},
     )
     sources[MODEL_SOURCE] = choices.fit_labels
+    bt_weights = weights_from_backtest(bt_columns, bt_columns, keyed)
     fusion = fuse(
         bt_labels,
         [f for f in names if f in BACKTEST_FUSERS],
-        choices.k,
+        min(choices.k, count_label_groups(bt_labels, bt_weights)[0]),  # as the run's fusers
         config.seed,
         primary="",  # a fuser failing on the backtest is not a failed run
         n_jobs=config.n_jobs,
         options=config.fuser_options,
-        weights=weights_from_backtest(bt_columns, bt_columns, keyed),
+        weights=bt_weights,
     )
     sources.update(fusion.segmentations)
     scores = backtest.score(sources, random_state=config.seed)
@@ -1030,6 +1031,8 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         labels, columns = chosen.labels, chosen.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
     n_segments = chosen.k
+    if config.n_segments is None:  # the model view may leave some of its K segments empty
+        n_segments = min(n_segments, count_label_groups(labels, chosen.weights)[0])
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with _timed(timings, "fuse", progress):
         fusion = fuse(
@@ -1294,6 +1297,13 @@ def run_segment(
             ran=names,
         )
         parameters["resolved"]["fusers_left_out"] = left_out
+        # the bands of replaced or dropped segments described scores that are gone
+        gone = set(segmentations) | set(dropped)
+        parameters["resolved"]["mape_by_band"] = [
+            row
+            for row in parameters["resolved"].get("mape_by_band") or []
+            if row.get("source") not in gone
+        ]
         out = {
             "segments": fused,
             "single_view": {s: v for s, v in segmentations.items() if s not in fused},
@@ -1414,7 +1424,13 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
         }
         result = forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
-        return result, _forecast_choices(config) | {"forecast_seed": config.seed}, {}
+        # the bands of the new scores: the nightly's described forecasts that are now replaced
+        counts = np.array([len(s) for s in data.win_samples])
+        bands = mape_by_band(result.forecasts, data.advertiser_ids, counts)
+        resolved = dict((run["parameters"] or {}).get("resolved") or {})
+        resolved["mape_by_band"] = bands.to_dict(orient="records")
+        parameters = _forecast_choices(config) | {"forecast_seed": config.seed}
+        return result, parameters | {"resolved": resolved}, {}
 
     return _stage_on_run(engine, run_id, "forecast", work)
 

@@ -700,7 +700,8 @@ def _summary_html(data: ReportData, primary: str | None) -> list[str]:
         return []
     mode = "actual" if "actual" in _supply_modes(data.mape) else "forecast"
     rows = data.mape[(data.mape["supply_mode"] == mode)]
-    shown = [s for s in (source, "own", "global", "truth") if s in set(rows["source"])]
+    scored = set(rows["source"])  # a reference recommended is shown once, not twice
+    shown = [s for s in dict.fromkeys((source, "own", "global", "truth")) if s in scored]
     table = rows[rows["source"].isin(shown)].pivot_table(
         index="source", columns="method", values=["impressions_mape", "spend_mape"], sort=False
     )

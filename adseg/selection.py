@@ -100,8 +100,12 @@ class Backtest:
             supply="actual",
             random_state=random_state,
         )
+        # dropna=False: a source whose held-out actuals are all zero scores NaN, not a KeyError
         wide = result.mape.pivot_table(
-            index="source", columns="method", values=["impressions_mape", "spend_mape"]
+            index="source",
+            columns="method",
+            values=["impressions_mape", "spend_mape"],
+            dropna=False,
         )
         wide.columns = [f"{what}_{method}" for what, method in wide.columns]
         wide["score"] = (wide["impressions_mape_blended"] + wide["spend_mape_blended"]) / 2

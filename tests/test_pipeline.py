@@ -2101,3 +2101,123 @@ def test_a_model_view_that_does_not_converge_is_noted_and_not_recommended(
     assert any("did not converge" in note for note in resolved["model"]["notes"])
     assert resolved["recommended_source"] == "rcc" == result.recommended_source
     assert "did not converge" in result.recommendation_reason
+
+
+def test_a_backtest_whose_held_out_actuals_are_all_zero_falls_back(loaded, market_dir):
+    """Held-out days whose delivery is all zero cannot score any candidate: the run completes
+    with the middle of the K grid, equal weights and the primary fuser (it failed with
+    KeyError: 'impressions_mape_blended', QA)."""
+    import sqlalchemy as sa
+
+    from adseg.model_stage import backtest_split
+    from adseg.store.models import Delivery
+
+    windows = pipeline.default_windows(loaded)
+    first_held = backtest_split(windows.train_start, windows.train_end)[1]
+    with loaded.begin() as conn:
+        conn.execute(
+            sa.update(Delivery)
+            .where((Delivery.date >= first_held) & (Delivery.date <= windows.train_end))
+            .values(impressions=0, spend_micros=0)
+        )
+    result = pipeline.run_nightly(loaded, windows, _config(market_dir, truth_path=None))
+    resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
+    assert result.recommended_source == resolved["recommended_source"] == "rcc"
+    assert any("backtest failed" in note for note in resolved["model"]["notes"])
+    assert {row["weight"] for row in resolved["column_weights"]} == {1.0}
+
+
+def test_the_band_table_shows_a_band_whose_actuals_are_all_zero(monkeypatch):
+    """A band with only zero actuals has NaN MAPEs: the console table says n/a for it (the
+    pivot dropped the whole row, so the band vanished from the table, QA)."""
+    import io
+
+    from rich.console import Console
+
+    from adseg import cli
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buffer, width=200))
+    rows = [
+        (band, source, method, mape)
+        for band, mapes in (("0", [np.nan] * 4), ("1-4", [0.1, 0.2, 0.3, np.nan]))
+        for (source, method), mape in zip(
+            [("model", "segment"), ("model", "blended"), ("own", "segment"), ("global", "blended")],
+            mapes,
+            strict=True,
+        )
+    ]
+    bands = pd.DataFrame(rows, columns=["band", "source", "method", "impressions_mape"])
+    cli._print_bands(bands.assign(supply_mode="actual", n_advertisers=3), "model")
+    lines = {
+        line.split("│")[1].strip(): line for line in buffer.getvalue().splitlines() if "│" in line
+    }
+    assert set(lines) == {"0", "1-4"}, buffer.getvalue()
+    assert lines["0"].count("n/a") == 4 and lines["1-4"].count("n/a") == 1
+
+
+def test_segment_and_forecast_keep_the_size_bands_in_step_with_the_scores(loaded, market_dir):
+    """`segment --run` removes the scores of the segments it replaces, and `forecast --run`
+    scores them again: the run's MAPE by size band (JSON and HTML summary) followed neither and
+    showed the replaced segments' band MAPEs beside the new ones (QA)."""
+    from adseg.selection import mape_by_band
+
+    config = _config(market_dir, truth_path=None)
+    run_id = pipeline.run_nightly(loaded, config=config).run_id
+
+    def bands():
+        resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
+        return pd.DataFrame(resolved["mape_by_band"])
+
+    pipeline.run_segment(loaded, run_id, replace(config, n_segments=4))
+    assert set(bands()["source"]) == {"model", "own", "global"}  # the others are unscored
+    result = pipeline.run_forecast(loaded, run_id, config)
+    data = pipeline.pull(loaded, pipeline.default_windows(loaded))
+    counts = [len(s) for s in data.win_samples]
+    expected = mape_by_band(result.forecasts, data.advertiser_ids, counts)
+    pd.testing.assert_frame_equal(bands(), expected, check_dtype=False)
+
+
+@pytest.mark.parametrize("recommended", ["global", "own"])
+def test_a_recommended_reference_is_one_row_of_the_summary(recommended):
+    """When the backtest recommends a reference (own or global; the tiny marketplace's is
+    global), the HTML summary listed its row twice: once as the recommended source, once as a
+    reference (QA)."""
+    from adseg.report import ReportData, render_html
+
+    mape = pd.DataFrame(
+        [
+            (source, "actual", method, 0.2, 0.3, 4)
+            for source in ("rcc", "own", "global")
+            for method in ("segment", "blended")
+        ],
+        columns=["source", "supply_mode", "method", "impressions_mape", "spend_mape", "n_segments"],
+    )
+    resolved = {"recommended_source": recommended, "recommendation_reason": "lowest"}
+    page = render_html(
+        ReportData(run={"run_id": 1, "parameters": {"resolved": resolved}}, mape=mape)
+    )
+    summary = page[page.index("<h2>Summary</h2>") : page.index('<table class="meta"')]
+    assert summary.count(f"<td>{recommended}</td>") == 1, summary
+    assert summary.count("<td>own</td>") == summary.count("<td>global</td>") == 1
+
+
+def test_the_fusers_are_never_asked_more_segments_than_the_views_tell_apart(engine, tmp_path):
+    """K chosen by backtest is the model view's number of components, some of which EM may
+    leave empty: with few samples per advertiser and no descriptions the base clusterings
+    showed 37 distinct label rows, the primary fuser was asked for K = 40 and the run failed
+    ("n_clusters=40 exceeds the 37 distinct label rows", QA). The fusers get at most that."""
+    from adseg.consensus import count_label_groups
+
+    config = MarketplaceConfig(
+        n_advertisers=200, n_segments=12, seed=3, median_train_samples=4, min_train_samples=1
+    )
+    market = simulate_marketplace(config)
+    market.advertisers["description"] = ""
+    write_marketplace(market, tmp_path)
+    write_batch(engine, read_directory(tmp_path))
+    result = pipeline.run_nightly(engine, config=pipeline.NightlyConfig(fusers=FAST_FUSERS, seed=0))
+    resolved = store.get_run(engine, result.run_id)["parameters"]["resolved"]
+    _, labels, _ = store.read_base_clusterings(engine, result.run_id)
+    assert resolved["n_segments"] <= count_label_groups(labels)[0] < resolved["model"]["k"]
+    assert {"rcc", "l2"} <= {row["source"] for row in resolved["backtest"]}
