@@ -78,7 +78,13 @@ def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int
     grid = [requested] if requested is not None else k_grid(n)
     if backtest is None:
         k = grid[len(grid) // 2]
-        return Choices(k, notes=[f"no backtest (training window too short): model K = {k}"])
+        return Choices(
+            k,
+            notes=[
+                f"no backtest (a one-day training window, or no sample or no delivery in one "
+                f"of its parts): model K = {k}"
+            ],
+        )
     try:
         k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS)
     except ValueError as exc:  # no candidate scored (e.g. every held-out actual is zero)

@@ -154,9 +154,11 @@ def column_weights(scores: Sequence[float], power: float = 4.0) -> np.ndarray:
     0 for a clustering that could not be scored. A clustering twice as bad as the best weighs
     1/16 of it."""
     s = np.asarray(scores, dtype=np.float64)
-    ok = np.isfinite(s) & (s > 0)
+    ok = np.isfinite(s) & (s >= 0)
     out = np.zeros(s.shape)
-    if ok.any():
+    if ok.any() and s[ok].min() == 0:  # a perfect clustering: it alone counts
+        out[ok] = (s[ok] == 0).astype(np.float64)
+    elif ok.any():
         out[ok] = (s[ok].min() / s[ok]) ** power
     return out
 

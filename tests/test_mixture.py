@@ -132,6 +132,7 @@ def test_parsimonious_choice_and_weights():
     assert parsimonious_choice({10: np.nan, 20: 0.3}) == 20
     w = column_weights([0.1, 0.2, np.nan])
     np.testing.assert_allclose(w, [1.0, 1 / 16, 0.0])
+    np.testing.assert_allclose(column_weights([0.0, 0.2, 0.0]), [1.0, 0.0, 1.0])
 
 
 def test_backtest_split_holds_out_the_last_days():
