@@ -899,7 +899,8 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
 class ModelStage(NamedTuple):
     """What the model stage decided (see :func:`model_stage`)."""
 
-    k: int
+    k: int  # the model view's segments (by backtest)
+    fuser_k: int  # the fusers' segments (--segments, else the KS views' median: the paper's)
     labels: np.ndarray  # (n, m + 1) base clusterings, the model view's last
     columns: pd.DataFrame
     model_labels: np.ndarray
@@ -931,9 +932,8 @@ def _with_model_column(labels, columns, model, k: int):
 def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]) -> ModelStage:
     """The model view (its K by backtest), the fusion weights learned on the backtest, and the
     recommended source: everything chosen inside the training window (adseg.selection)."""
-    requested = None
-    if config.n_segments is not None:
-        requested = choose_n_segments(views.columns, views.labels, config.n_segments)
+    requested = config.n_segments
+    fuser_k = choose_n_segments(views.columns, views.labels, requested)
     choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
     model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
     labels, columns = _with_model_column(views.labels, views.columns, model, choices.k)
@@ -951,6 +951,7 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     log.info("recommended source: %s (%s)", recommended, reason)
     return ModelStage(
         choices.k,
+        fuser_k,
         labels,
         columns,
         model,
@@ -985,10 +986,13 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     keyed = pd.Series(
         per_column.reindex([f"column {j}" for j in range(len(keys))]).to_numpy(), index=keys
     )
+    bt_k = choose_n_segments(bt.columns, bt.labels, None)
+    if config.n_segments is not None:
+        bt_k = config.n_segments
     sources = single_view_segmentations(
         bt.labels,
         bt.columns,
-        choices.k,
+        bt_k,
         config.single_view_alpha,
         {"win_rate": backtest.win_samples, "ecpm_cost": backtest.cost_samples},
     )
@@ -997,7 +1001,7 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     fusion = fuse(
         bt_labels,
         [f for f in names if f in BACKTEST_FUSERS],
-        min(choices.k, count_label_groups(bt_labels, bt_weights)[0]),  # as the run's fusers
+        min(bt_k, count_label_groups(bt_labels, bt_weights)[0]),  # as the run's fusers
         config.seed,
         primary="",  # a fuser failing on the backtest is not a failed run
         n_jobs=config.n_jobs,
@@ -1030,7 +1034,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         chosen = model_stage(data, config, views, names)
         labels, columns = chosen.labels, chosen.columns
         store.write_base_clusterings(engine, run_id, data.advertiser_ids, labels, columns)
-    n_segments = chosen.k
+    n_segments = chosen.fuser_k
     if config.n_segments is None:  # the model view may leave some of its K segments empty
         n_segments = min(n_segments, count_label_groups(labels, chosen.weights)[0])
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
