@@ -579,24 +579,34 @@ def _stopped_on_line(args: list[str], line: str, signum: int, delay: float) -> t
 _STOP_ONCE_COMPLETED = """
 import os, signal
 from adseg.store import results
-real_complete = results.complete_run
+real = results.{step}
 
-def complete_then_stop(*args, **kwargs):  # lands between the run's completion and the lock's end
-    real_complete(*args, **kwargs)
+def step_then_stop(*args, **kwargs):  # the run's completion, or the lock's release after it
+    real(*args, **kwargs)
     os.kill(os.getpid(), signal.{signal})
 
-results.complete_run = complete_then_stop
+results.{step} = step_then_stop
 """
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGKILL"])
-def test_a_stop_right_after_a_run_completed_keeps_its_results(small_market, db_url, name):
+@pytest.mark.parametrize(
+    "step, name",
+    [
+        ("complete_run", "SIGTERM"),
+        ("complete_run", "SIGINT"),
+        ("complete_run", "SIGKILL"),
+        ("release_lock", "SIGHUP"),
+    ],
+)
+def test_a_stop_right_after_a_run_completed_keeps_its_results(small_market, db_url, step, name):
     """A stop after the run was committed as completed, before its lock was released. The run's
     error path deleted its results and left it 'completed' (SIGTERM, SIGINT: "a run in progress
     is marked failed"); after a SIGKILL the next nightly took the lock over, said "its run N
-    marked failed", deleted the results and left the run 'completed'. Now the run keeps them,
-    and each line says what the database holds."""
-    proc = _adseg(_STOP_ONCE_COMPLETED.format(signal=name), *NIGHTLY, "--database-url", db_url)
+    marked failed", deleted the results and left the run 'completed'. A stop as the lock was
+    released said "marked failed" too. Now the run keeps them, and each line says what the
+    database holds."""
+    prelude = _STOP_ONCE_COMPLETED.format(step=step, signal=name)
+    proc = _adseg(prelude, *NIGHTLY, "--database-url", db_url)
     [run_id] = store.list_runs(small_market)["run_id"]
     if name == "SIGKILL":
         assert proc.returncode == -signal.SIGKILL, proc.stderr
