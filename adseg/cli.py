@@ -240,7 +240,6 @@ def handle_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        global _stop_reported
         try:
             # imported inside: a stop during these (slow, first) imports is a stop like any
             # other, not a traceback; the stop clause comes first, before these names are needed
@@ -248,15 +247,15 @@ def handle_errors(fn: Callable) -> Callable:
 
             from adseg.ingest import IngestError
 
+            check_pending()  # a stop whose exception was lost in the imports: before any work
             out = fn(*args, **kwargs)
-            check_pending()  # a stop whose exception was lost still exits as stopped
-            return out
         except (KeyboardInterrupt, Terminated) as exc:
-            _stop_reported = True
-            _fail(
-                f"{error_text(exc)}: stopped (a run in progress is marked failed, its partial "
-                "results deleted; nothing half-written is kept)",
-                exit_code(exc),
+            if (run_id := getattr(exc, "completed_run_id", None)) is not None:
+                _stopped_after_completion(exc, run_id)  # `views`: the run it completed stays
+            _fail_stopped(
+                exc,
+                "stopped (a run in progress is marked failed, its partial results deleted; "
+                "nothing half-written is kept)",
             )
         except BrokenPipeError:
             _reader_gone()
@@ -292,8 +291,22 @@ def handle_errors(fn: Callable) -> Callable:
             # SQLite's "database or disk is full" is (a path or permission the user gave: 2)
             code = EXIT_FAILED if exc.errno in _MACHINE_ERRNOS else EXIT_BAD_INPUT
             _fail(f"{where}{exc.strerror}", code)
+        try:
+            check_pending()  # a stop whose exception was lost still exits as stopped
+        except (KeyboardInterrupt, Terminated) as exc:
+            # the command has done all its work: "nothing half-written is kept" would be untrue
+            _fail_stopped(exc, "stopped after the command had finished (what it wrote is kept)")
+        return out
 
     return wrapper
+
+
+def _fail_stopped(exc: BaseException, what: str) -> None:
+    """End a command that ``exc`` (a stop) ended, with its one line, ``what`` it left behind,
+    and 128 + the signal's number."""
+    global _stop_reported
+    _stop_reported = True  # the entry point adds no line of its own
+    _fail(f"{error_text(exc)}: {what}", exit_code(exc))
 
 
 _DATABASE_HINTS = {  # SQLite's messages for a database file the user must fix (exit 2)
@@ -624,7 +637,7 @@ def db_unlock(
     if cleared is None:
         out.print("the nightly lock is not held", markup=False)
         return
-    run = "" if cleared.run_id is None else f"; run {cleared.run_id} marked failed"
+    run = "" if cleared.run_id is None else f"; {cleared.run_outcome()}"
     out.print(f"cleared the nightly lock of {cleared.holder}{run}", markup=False)
 
 
@@ -789,9 +802,26 @@ def ingest(
     started = time.perf_counter()
     batch = read_directory(directory, known_advertiser_ids(engine))
     read_seconds = time.perf_counter() - started
-    summary = _write_with_progress(engine, batch, quiet)
-    if quiet:
-        return
+    stopped = None
+    try:
+        summary = _write_with_progress(engine, batch, quiet)
+    except (KeyboardInterrupt, Terminated) as exc:
+        if (summary := getattr(exc, "committed", None)) is None:
+            raise  # before the commit: nothing was written (handle_errors' line)
+        stopped = exc  # during the commit: the batch is written, and the table says what
+    try:
+        if not quiet:
+            _print_ingested(directory, summary, read_seconds)
+        check_pending()
+    except (KeyboardInterrupt, Terminated) as exc:
+        stopped = stopped or exc
+    if stopped is not None:  # the batch is written all the same: say so, not "nothing kept"
+        counts = ", ".join(f"{t.table} {t.rows:,}" for t in summary.tables)
+        _fail_stopped(stopped, f"stopped after the ingest was committed (written: {counts} rows)")
+
+
+def _print_ingested(directory: Path, summary, read_seconds: float) -> None:
+    """The ingest's table: each table's rows, inserted, updated and unchanged; then the times."""
     table = Table(title=f"ingest {escape(str(directory))}")
     for col in ("table", "rows", "inserted", "updated", "unchanged"):
         table.add_column(col, justify="left" if col == "table" else "right")
@@ -1100,17 +1130,24 @@ def nightly(
         result = run_nightly(engine, windows, config, progress)
     except RunLockedError as exc:
         _fail(str(exc), EXIT_TEMPFAIL)
+    except (KeyboardInterrupt, Terminated) as exc:
+        if (run_id := getattr(exc, "completed_run_id", None)) is None:
+            raise  # the run is marked failed: handle_errors' line
+        _stopped_after_completion(exc, run_id, reports, [])
     except (ValueError, FileNotFoundError, DatabaseError):
         raise  # bad data or an unwritable database: handle_errors gives the reason and code
     except Exception as exc:  # the run row has the error; the job needs a code and a line
+        if (run_id := getattr(exc, "completed_run_id", None)) is not None:
+            _fail(f"run {run_id} completed and is kept, but then: {error_text(exc)}", EXIT_FAILED)
         run_id = getattr(exc, "failed_run_id", None)
         what = "nightly run" if run_id is None else f"run {run_id}"
         _fail(f"{what} failed: {error_text(exc)}", EXIT_FAILED)
     written: list[str] = []
+    unwritten: list[str] = []
     try:
         if not quiet:
             print_nightly(result, windows)
-        for fmt, path in reports.items():
+        for fmt, path in reports.items():  # each one that can be written, whatever the others
             if path is None:
                 continue
             try:
@@ -1121,26 +1158,43 @@ def nightly(
                 again = (
                     f"adseg report --run {result.run_id} --format {fmt} -o {shlex.quote(str(path))}"
                 )
-                _fail(
-                    f"run {result.run_id} completed and its results are stored, but the "
-                    f"{fmt.upper()} report could not be written: {path}: {exc.strerror} "
-                    f"(`{again}` writes it again)",
-                    EXIT_FAILED,
+                unwritten.append(
+                    f"the {fmt.upper()} report could not be written: {path}: {exc.strerror} "
+                    f"(`{again}` writes it again)"
                 )
+                continue
             written.append(fmt)
             if not quiet:
                 out.print(f"{fmt.upper()} report: {path}", markup=False)
         check_pending()
     except (KeyboardInterrupt, Terminated) as exc:
-        # the run is complete and stays so: say that, not "marked failed" (handle_errors' line)
-        missing = [f.upper() for f, p in reports.items() if p is not None and f not in written]
-        kept = f"stopped after run {result.run_id} completed (its results are kept"
-        if missing:
-            kept += (
-                f"; the {' and '.join(missing)} report was not written: "
-                f"`adseg report --run {result.run_id}` writes it"
-            )
-        _fail(f"{error_text(exc)}: {kept})", exit_code(exc))
+        _stopped_after_completion(exc, result.run_id, reports, written)
+    if unwritten:
+        _fail(
+            f"run {result.run_id} completed and its results are stored, but "
+            + "; ".join(unwritten),
+            EXIT_FAILED,
+        )
+
+
+def _stopped_after_completion(
+    exc: BaseException,
+    run_id: int,
+    reports: dict[str, Path | None] | None = None,
+    written: list[str] | None = None,
+) -> None:
+    """End a command that a stop ended after its run was completed: the run is complete and stays
+    so, and the line says that (not handle_errors' "marked failed"), and which ``reports`` asked
+    for are not among those ``written``."""
+    reports, written = reports or {}, written or []
+    missing = [f.upper() for f, p in reports.items() if p is not None and f not in written]
+    kept = f"stopped after run {run_id} completed (its results are kept"
+    if missing:
+        kept += (
+            f"; the {' and '.join(missing)} report was not written: "
+            f"`adseg report --run {run_id}` writes it"
+        )
+    _fail_stopped(exc, f"{kept})")
 
 
 def print_nightly(result, windows) -> None:

@@ -49,7 +49,8 @@ def first_line(text: str) -> str:
 
 
 _pending: int | None = None
-"""The signal last received while signals_as_exceptions() is active (None: none)."""
+"""The stop signal last received by :func:`raise_for_signal` (None: none since the last
+signals_as_exceptions() block ended)."""
 
 
 def handled_stops() -> tuple[int, ...]:
@@ -58,8 +59,25 @@ def handled_stops() -> tuple[int, ...]:
     return tuple(s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN)
 
 
+_completed_run: int | None = None
+"""The run this command has committed as completed, once it has (:func:`note_completed_run`)."""
+
+
+def note_completed_run(run_id: int | None) -> None:
+    """Note that the run ``run_id`` is committed as completed (None: no run is, yet): a stop
+    raised from now on carries its id as ``completed_run_id``, wherever it lands (releasing the
+    lock, returning to the command line), so that the line the command ends with says that the
+    run and its results are kept, not that a run in progress is marked failed. Forgotten when
+    a signals_as_exceptions() block begins or ends."""
+    global _completed_run
+    _completed_run = run_id
+
+
 def _exception_for(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    if _completed_run is not None:
+        exc.completed_run_id = _completed_run
+    return exc
 
 
 def raise_for_signal(signum: int, frame) -> None:
@@ -84,10 +102,14 @@ def check_pending() -> None:
 def signals_as_exceptions():
     """While inside: SIGTERM and SIGHUP raise :class:`Terminated` and SIGINT KeyboardInterrupt
     in the main thread, and each is remembered for :func:`check_pending`; the previous handlers
-    are restored on the way out (so that a test process keeps its own). An ignored signal stays
-    ignored (:func:`handled_stops`)."""
+    are restored on the way out (so that a test process keeps its own), and what was remembered
+    is forgotten then. An ignored signal stays ignored (:func:`handled_stops`).
+
+    A stop remembered before the block is kept: the entry point installs the same handler
+    before the slow imports, and a stop whose exception was lost there (an import compiling its
+    module) must still stop the command, not be forgotten as the command begins."""
     global _pending
-    _pending = None
+    note_completed_run(None)
     previous = {signum: signal.signal(signum, raise_for_signal) for signum in handled_stops()}
     try:
         yield
@@ -95,6 +117,7 @@ def signals_as_exceptions():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _pending = None
+        note_completed_run(None)
 
 
 @contextmanager

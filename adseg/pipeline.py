@@ -48,6 +48,7 @@ from adseg.interrupts import (
     error_text,
     first_line,
     handled_stops,
+    note_completed_run,
     signals_deferred,
 )
 from adseg.metrics import ari
@@ -768,10 +769,18 @@ def _locked_run(
     is marked failed (its partial results deleted) and the error re-raised with the run's id as
     its ``failed_run_id``; the lock is released. If the run cannot be marked failed (the server
     went away), the lock is left naming the run, so that the next run takes it over and fails
-    the run then. Raises store.RunLockedError before writing anything if the lock is held."""
+    the run then. Raises store.RunLockedError before writing anything if the lock is held.
+
+    The block completes the run itself (:func:`_complete`) as its last write; the lock is
+    released after that commit. An error or a stop that comes after it leaves the run completed,
+    with its results, and is raised with the run's id as its ``completed_run_id`` (a stop also
+    once this block is over: interrupts.note_completed_run); a crash between the two leaves a
+    stale lock naming a completed run, which the next run takes over and leaves completed."""
     holder = run_id = None
     marked = True
+    note_completed_run(None)
     try:
+        check_pending()  # a stop whose exception was lost is honoured before anything is written
         # a stop signal waits until the lock is held and the run row exists and the lock names
         # it (one transaction): between them it left a lock or a 'running' run nothing cleared
         with signals_deferred():
@@ -793,17 +802,23 @@ def _locked_run(
             yield run_id
     except BaseException as exc:
         if run_id is not None:
-            exc.failed_run_id = run_id  # the CLI: exit 1, "run N failed", not "bad input"
             message = error_text(exc)
             if stage := getattr(exc, "stage", None):  # a stop: where it landed
                 message += f" (during stage {stage})"
-            log.info("run %s failed: %s", run_id, message)  # the caller reports the error
             log.debug("%s", traceback.format_exc())
             _free_frames(exc)
+            status: list[str | None] = []
             marked = _cleanup(
                 f"mark run {run_id} failed",
-                lambda: store.fail_run(engine, run_id, message, timings),
+                lambda: status.append(store.fail_run(engine, run_id, message, timings)),
             )
+            # the caller reports the error, and what became of the run: the database's word
+            if status == ["completed"]:
+                exc.completed_run_id = run_id
+                log.info("run %s had completed (its results are kept): %s", run_id, message)
+            else:
+                exc.failed_run_id = run_id  # the CLI: exit 1, "run N failed", not "bad input"
+                log.info("run %s failed: %s", run_id, message)
         raise
     finally:
         if holder is not None and marked:
@@ -1103,7 +1118,7 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         **_model_record(chosen, columns),
         "mape_by_band": bands.to_dict(orient="records"),
     }
-    store.complete_run(engine, run_id, timings, resolved)
+    _complete(engine, run_id, timings, resolved)
     return NightlyResult(
         run_id,
         result,
@@ -1155,8 +1170,15 @@ def run_views(
             store.write_base_clusterings(
                 engine, run_id, data.advertiser_ids, views.labels, views.columns
             )
-        store.complete_run(engine, run_id, timings)
+        _complete(engine, run_id, timings)
         return run_id, views
+
+
+def _complete(engine: Engine, run_id: int, timings: dict, resolved: dict | None = None) -> None:
+    """Mark the run completed (store.complete_run), and note that for the stops that may come
+    before the command has said so (interrupts.note_completed_run)."""
+    store.complete_run(engine, run_id, timings, resolved)
+    note_completed_run(run_id)
 
 
 def _stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
@@ -1184,6 +1206,7 @@ def _nightly_lock(engine: Engine):
     the lock under which every run is made, remade or deleted."""
     holder = None
     try:
+        check_pending()  # a stop whose exception was lost is honoured before anything is written
         with signals_deferred():  # a stop between taking the lock and `try` leaked the lock
             holder = store.acquire_lock(engine, "nightly")
         yield

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from adseg.interrupts import (
     Terminated,
@@ -14,6 +16,7 @@ from adseg.interrupts import (
     signals_as_exceptions,
     signals_deferred,
 )
+from adseg.store import results as store
 
 
 def _swallowed(signum: int) -> None:
@@ -268,27 +271,48 @@ def test_a_stop_during_the_commands_first_imports_is_a_stop_not_a_traceback(monk
     assert "stopped" in capsys.readouterr().err
 
 
+def _adseg(prelude: str, *args: str, **run):
+    """The adseg command line with ``args``, through its entry point as the installed command
+    runs it, in a new Python process that first runs ``prelude``: code that sends a stop signal
+    at the moment a test chooses. Returns the finished process (text output captured)."""
+    import subprocess
+    import sys
+
+    script = f"{prelude}\nimport sys\nsys.argv = ['adseg', *{list(args)!r}]\n"
+    script += "from adseg.entry import main\nmain()\n"
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, **run
+    )
+
+
 _STOP_WHILE_IMPORTING = """
-import builtins, os, signal, sys
+import builtins, os, signal
 real_import = builtins.__import__
+sent = []
 
 def stopping_import(name, *args, **kwargs):
-    if name == "adseg.cli":  # the slow half second: SQLAlchemy, Typer, rich
-        os.kill(os.getpid(), signal.{signal})
+    if name == "{module}" and not sent:  # adseg.cli: the slow half second (SQLAlchemy, Typer)
+        sent.append(name)
+        try:
+            os.kill(os.getpid(), signal.{signal})
+        except BaseException:
+            if not {swallowed}:  # lost, as where Python only prints or drops an exception
+                raise
     return real_import(name, *args, **kwargs)
 
 builtins.__import__ = stopping_import
-sys.argv = ["adseg", "--version"]
-from adseg.entry import main
-main()
 """
 
+
+def _stop_while_importing(name: str, module: str = "adseg.cli", swallowed: bool = False) -> str:
+    """A prelude for :func:`_adseg`: the signal ``name`` as ``module`` is first imported, its
+    exception ``swallowed`` or not."""
+    return _STOP_WHILE_IMPORTING.format(signal=name, module=module, swallowed=swallowed)
+
+
 _STOP_AS_THE_INTERPRETER_ENDS = """
-import atexit, os, signal, sys
+import atexit, os, signal
 atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))  # after the command, at exit
-sys.argv = ["adseg", "--version"]
-from adseg.entry import main
-main()
 """
 
 
@@ -302,23 +326,14 @@ main()
 def test_a_stop_while_the_command_line_is_imported_is_one_line(name, code, line):
     """The handlers were installed once the command line was imported (half a second):
     a SIGTERM before ended the process without its error line, a Ctrl-C printed a traceback."""
-    import subprocess
-    import sys
-
-    script = _STOP_WHILE_IMPORTING.replace("{signal}", name)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = _adseg(_stop_while_importing(name), "--version")
     assert (proc.returncode, proc.stderr) == (code, line + "\n")
 
 
 def test_a_stop_after_the_command_has_finished_keeps_its_exit_status():
     """The handlers were restored as the command returned: a SIGTERM while the interpreter shut
     down killed the process, and a completed run's exit status said 'stopped' (-15 here)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _STOP_AS_THE_INTERPRETER_ENDS], capture_output=True, text=True
-    )
+    proc = _adseg(_STOP_AS_THE_INTERPRETER_ENDS, "--version")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.startswith("adseg ")
 
@@ -431,14 +446,9 @@ def test_a_hang_up_under_nohup_spares_the_run_and_its_fuser_workers():
 
 def test_the_entry_point_leaves_an_ignored_hang_up_ignored():
     """A SIGHUP while the command line is imported, under nohup: the command goes on."""
-    import subprocess
-    import sys
-
-    script = _STOP_WHILE_IMPORTING.replace("{signal}", "SIGHUP")
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
+    proc = _adseg(
+        _stop_while_importing("SIGHUP"),
+        "--version",
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     assert (proc.returncode, proc.stderr) == (0, "")
@@ -510,3 +520,252 @@ def test_the_workers_of_a_process_started_ignoring_sigterm_die_with_it():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# --- stops at the moments that decide what is written: real processes, then the database ----
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_campaigns"
+NIGHTLY = ("nightly", "--fuser", "l2", "--primary", "l2", "--supply", "actual")
+
+
+@pytest.fixture
+def small_market(engine):
+    """``engine``'s database (SQLite, and PostgreSQL when configured) with the small sample
+    marketplace loaded (250 advertisers, 7 + 7 days)."""
+    from adseg.ingest import read_directory
+    from adseg.store.load import write_batch
+
+    write_batch(engine, read_directory(SAMPLES / "small"))
+    return engine
+
+
+def _rows(engine, table: str) -> int:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()  # noqa: S608
+
+
+def _stopped_on_line(args: list[str], line: str, signum: int, delay: float) -> tuple[int, str]:
+    """Run ``python -m adseg ARGS`` and send it ``signum`` ``delay`` seconds after the first line
+    of its standard error that holds ``line`` (never, if it ends first); returns its exit status
+    and its standard error."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adseg", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        said = []
+        for got in proc.stderr:
+            said.append(got)
+            if line in got:
+                time.sleep(delay)
+                proc.send_signal(signum)
+                break
+        said.append(proc.stderr.read())
+        return proc.wait(timeout=300), "".join(said)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+_STOP_ONCE_COMPLETED = """
+import os, signal
+from adseg.store import results
+real = results.{step}
+
+def step_then_stop(*args, **kwargs):  # the run's completion, or the lock's release after it
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.{signal})
+
+results.{step} = step_then_stop
+"""
+
+
+@pytest.mark.parametrize(
+    "step, name",
+    [
+        ("complete_run", "SIGTERM"),
+        ("complete_run", "SIGINT"),
+        ("complete_run", "SIGKILL"),
+        ("release_lock", "SIGHUP"),
+    ],
+)
+def test_a_stop_right_after_a_run_completed_keeps_its_results(small_market, db_url, step, name):
+    """A stop after the run was committed as completed, before its lock was released. The run's
+    error path deleted its results and left it 'completed' (SIGTERM, SIGINT: "a run in progress
+    is marked failed"); after a SIGKILL the next nightly took the lock over, said "its run N
+    marked failed", deleted the results and left the run 'completed'. A stop as the lock was
+    released said "marked failed" too. Now the run keeps them, and each line says what the
+    database holds."""
+    prelude = _STOP_ONCE_COMPLETED.format(step=step, signal=name)
+    proc = _adseg(prelude, *NIGHTLY, "--database-url", db_url)
+    [run_id] = store.list_runs(small_market)["run_id"]
+    if name == "SIGKILL":
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        assert store.lock_holder(small_market).run_id == run_id  # a stale lock, nothing wrong
+        again = _adseg("", *NIGHTLY, "--database-url", db_url)
+        assert again.returncode == 0, again.stderr
+        assert f"its run {run_id} had completed and is kept" in again.stderr
+    else:
+        assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+        kept = f": stopped after run {run_id} completed (its results are kept)\n"
+        assert proc.stderr.endswith(kept)
+        assert proc.stderr.count("error:") == 1 and "marked failed" not in proc.stderr
+    assert store.lock_holder(small_market) is None
+    assert store.get_run(small_market, run_id)["status"] == "completed"
+    assert not store.read_forecast_results(small_market, run_id)["mape"].empty
+
+
+def test_stops_after_each_stage_leave_every_completed_run_with_its_results(small_market, db_url):
+    """A sweep of stops (SIGKILL, SIGTERM, SIGINT, SIGHUP in turn) at a few delays after each
+    stage's log line — the forecast stage's is logged just before the run completes — each
+    nightly followed by the next, which takes over a lock a killed one left, then one left to
+    finish. Every completed run has its results, every other run is failed without any, and
+    what each process said of a run is what the database holds."""
+    import re
+
+    plan = [(stage, delay) for stage in ("pull", "views", "fuse") for delay in (0.0, 0.01)]
+    plan += [("forecast", delay) for delay in (0.0, 0.004, 0.008, 0.015)]
+    stops = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    args = [*NIGHTLY, "-v", "--database-url", db_url]
+    said = []
+    for i, (stage, delay) in enumerate(plan):
+        signum = stops[i % len(stops)]
+        code, err = _stopped_on_line(args, f"stage {stage}:", signum, delay)
+        assert code in (0, 128 + signum, -signal.SIGKILL), err
+        [run_id] = re.findall(r"INFO adseg\.pipeline: run (\d+): train", err)
+        said.append((int(run_id), code, err))
+    last = _adseg("", *NIGHTLY, "--database-url", db_url)
+    assert last.returncode == 0, last.stderr
+
+    runs = store.list_runs(small_market, limit=100)
+    status = dict(zip(runs["run_id"].tolist(), runs["status"], strict=True))
+    rows = {run_id: 0 for run_id in status}
+    with small_market.connect() as conn:
+        for table in store.RESULT_TABLES:
+            by_run = select(table.run_id, func.count()).group_by(table.run_id)
+            for run_id, count in conn.execute(by_run):
+                rows[run_id] += count
+    for run_id in status:
+        scored = not store.read_forecast_results(small_market, run_id)["mape"].empty
+        expected = ("completed", True, True) if scored else ("failed", False, False)
+        assert (status[run_id], scored, rows[run_id] > 0) == expected, run_id
+    assert store.lock_holder(small_market) is None
+    for run_id, code, err in said:  # a stop once the work was done may say just "stopped"
+        if status[run_id] == "completed":
+            assert "a run in progress is marked failed" not in err, err
+        else:
+            assert code != 0 and "stopped after" not in err, err
+            assert code == -signal.SIGKILL or "a run in progress is marked failed" in err, err
+    text = "".join(err for *_, err in said) + last.stderr
+    for run_id in re.findall(r"its run (\d+) had completed and is kept", text):
+        assert status[int(run_id)] == "completed"
+    for run_id in re.findall(r"its run (\d+) marked failed", text):
+        assert status[int(run_id)] == "failed"
+
+
+_STOP_AS_THE_INGEST_COMMITS = """
+import os, signal
+from sqlalchemy.engine.default import DefaultDialect
+from adseg.store import load
+armed, real_lock, real_commit = [], load._lock_for_ingest, DefaultDialect.do_commit
+
+def lock_and_arm(conn):  # the ingest's transaction has begun
+    armed.append(1)
+    real_lock(conn)
+
+def commit_then_stop(self, dbapi_connection):  # lands as the driver's commit returns
+    real_commit(self, dbapi_connection)
+    if armed:
+        armed.clear()
+        os.kill(os.getpid(), signal.{signal})
+
+load._lock_for_ingest = lock_and_arm
+DefaultDialect.do_commit = commit_then_stop
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_as_the_ingest_commits_says_that_the_data_is_written(engine, db_url, name):
+    """A stop landing as the ingest's commit returned exited with "nothing half-written is
+    kept" though every row was committed. Now it exits with the signal's code after the summary
+    table and a line that says the rows are written."""
+    tiny = str(SAMPLES / "tiny")
+    proc = _adseg(
+        _STOP_AS_THE_INGEST_COMMITS.format(signal=name), "ingest", tiny, "--database-url", db_url
+    )
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    assert "67 rows read and validated in" in proc.stdout  # after the summary table
+    assert proc.stderr.endswith(
+        ": stopped after the ingest was committed (written: advertisers 4, auctions 47, "
+        "delivery 16 rows)\n"
+    )
+    assert proc.stderr.count("error:") == 1
+    assert (_rows(engine, "advertisers"), _rows(engine, "auctions")) == (4, 47)
+
+
+def test_stops_timed_on_the_ingest_commit_are_reported_as_the_database_holds_them(
+    engine, db_url, tmp_path
+):
+    """Stops sent as the SQLite write-ahead log starts growing (the ingest's pages go there
+    as it commits) and a few milliseconds later: whichever side of the commit one lands, the
+    line and the exit status say what the database holds."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    if not db_url.startswith("sqlite"):
+        pytest.skip("times the stop on SQLite's write-ahead log")
+    engine.dispose()  # no connection of this process keeps a -wal file open
+    database = Path(db_url.removeprefix("sqlite:///"))
+    empty = tmp_path / "empty.db"
+    shutil.copy(database, empty)
+    wal = Path(f"{database}-wal")
+    trials = [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.001), (signal.SIGHUP, 0.003)]
+    for signum, delay in [*trials, (signal.SIGTERM, 0.01)]:
+        shutil.copy(empty, database)
+        cmd = [sys.executable, "-m", "adseg", "ingest", str(SAMPLES / "small"), "--database-url"]
+        proc = subprocess.Popen([*cmd, db_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while proc.poll() is None and not (wal.exists() and wal.stat().st_size > 0):
+            time.sleep(0.0005)
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = (text.decode() for text in proc.communicate(timeout=300))
+        written = _rows(engine, "auctions")
+        engine.dispose()
+        assert written in (0, 49_666), err
+        if written:
+            assert "inserted" in out and "nothing half-written" not in err, err
+            assert proc.returncode == 0 or (
+                proc.returncode == 128 + signum and "stopped after the ingest was committed" in err
+            ), err
+        else:
+            assert proc.returncode == 128 + signum and "nothing half-written is kept" in err, err
+            assert "inserted" not in out
+
+
+@pytest.mark.parametrize("module", ["adseg.cli", "adseg.store.load"])
+def test_a_stop_whose_exception_an_import_lost_stops_the_ingest_before_it_writes(
+    engine, db_url, module
+):
+    """A SIGTERM can land where Python drops its exception (seen as a module was compiled
+    during an import, PYTHONDONTWRITEBYTECODE set). Lost while the command line was imported,
+    it was forgotten as the command began: the ingest ran to the end, exit 0. Lost inside the
+    command, it was raised only after the ingest had committed: the table, then exit 143 and
+    "nothing half-written is kept". It is now honoured before anything is written."""
+    tiny = str(SAMPLES / "tiny")
+    prelude = _stop_while_importing("SIGTERM", module, swallowed=True)
+    proc = _adseg(prelude, "ingest", tiny, "--database-url", db_url)
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: terminated by SIGTERM: stopped (")
+    assert "nothing half-written is kept" in proc.stderr and proc.stdout == ""
+    assert _rows(engine, "auctions") == 0

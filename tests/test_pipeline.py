@@ -1570,6 +1570,25 @@ def test_a_full_disk_is_a_failure_not_bad_input(engine, db_url, loaded, tmp_path
     assert res.exit_code == 2, res.output
 
 
+def test_every_report_that_can_be_written_is_written(loaded, db_url, tmp_path):
+    """`--report-html /dev/full --report-json ok.json` exited 1 on the HTML and never wrote the
+    JSON: every report that can be written now is, and the line names each one that could not."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    written = tmp_path / "ok.json"
+    args = ["nightly", "-q", "--fuser", "l2", "--database-url", db_url]
+    res = runner.invoke(app, [*args, "--report-html", "/dev/full", "--report-json", str(written)])
+    assert res.exit_code == 1, res.output
+    [run_id] = store.list_runs(loaded)["run_id"]
+    assert json.loads(written.read_text(encoding="utf-8"))["run_id"] == run_id
+    line = " ".join(res.output.split())
+    assert line.startswith(
+        f"error: run {run_id} completed and its results are stored, but the HTML report could "
+        "not be written: /dev/full: No space left on device"
+    )
+    assert "JSON" not in line
+
+
 def test_two_reports_may_not_share_one_descriptor(engine, db_url):
     """HTML then JSON in one stream, which no reader can use; refused as for one file."""
     args = ["nightly", "--database-url", db_url, "-q"]

@@ -305,6 +305,28 @@ def test_csv_neutralises_spreadsheet_formulas():
     assert "'@SUM(A1)" in back.index  # ids are user-supplied strings too
 
 
+def test_csv_quotes_line_breaks_and_neutralises_formulas_after_them():
+    """A name holding a lone CR was written unquoted (rows end in LF, and the csv module quotes
+    only its line terminator's characters): a spreadsheet or csv.reader split the record there,
+    and ``=HYPERLINK(1)`` after the CR became a formula cell without its apostrophe."""
+    import csv
+
+    names = {"a": "Acme\r=HYPERLINK(1)", "b": "two\nlines\n@SUM(A1)", "c": "x\r\n+1", "d": "p"}
+    amounts = dict.fromkeys(CSV_COLUMNS[5:], 1.0)
+    keys = {"source": "s", "method": "segment", "supply_mode": "actual"}
+    forecasts = pd.DataFrame({"advertiser_id": list(names), **keys, **amounts})
+    data = ReportData(run={}, mape=pd.DataFrame(), forecasts=forecasts, advertiser_names=names)
+    text = render_csv(data)
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert [len(row) for row in rows] == [len(CSV_COLUMNS)] * 5
+    shown = {"a": "Acme\r'=HYPERLINK(1)", "b": "two\nlines\n'@SUM(A1)", "c": "x\r\n'+1", "d": "p"}
+    assert {row[0]: row[1] for row in rows[1:]} == shown
+    back = pd.read_csv(io.StringIO(text), keep_default_na=False)
+    assert dict(zip(back["advertiser_id"], back["advertiser_name"], strict=True)) == shown
+    assert not [line for line in re.split(r"\r\n|\r|\n", text) if re.match("[=+@-]", line)]
+    assert text.count("\r\n") == 1  # rows end in LF; the CR LF is c's, inside its quotes
+
+
 def test_render_dispatch_and_unknown_format(data):
     assert render(data, "json") == render_json(data)
     with pytest.raises(ValueError, match="format"):

@@ -12,6 +12,7 @@ import pandas as pd
 from sqlalchemy import Engine, Table, func, select
 
 from adseg.ingest import KEYS, TABLES, IngestBatch
+from adseg.interrupts import Terminated, check_pending, signals_deferred
 from adseg.store.models import Advertiser, Auction, Delivery
 
 CHUNK_ROWS = 50_000
@@ -60,10 +61,16 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
     validated file), updated ones from the rows the upsert wrote less those. Rows go through the
     driver directly (SQLite: executemany of one parameterised upsert; PostgreSQL: COPY into a
     temporary table, then one INSERT … ON CONFLICT) — the ORM's per-row work would cost ~10× more.
+
+    The commit is the one point after which the batch is written. A stop signal received before
+    it (also one whose exception was lost: interrupts.check_pending) rolls everything back; one
+    that arrives during the commit is raised once the commit is done, with the summary as its
+    ``committed`` attribute, so that the caller can say that the batch was written.
     """
     t0 = time.perf_counter()
     summaries = []
-    with engine.begin() as conn:
+    with engine.connect() as conn:
+        transaction = conn.begin()  # rolled back as the connection closes, unless committed
         _lock_for_ingest(conn)
         for table in TABLES:
             frame = getattr(batch, table)
@@ -84,7 +91,17 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
             after = conn.scalar(select(func.count()).select_from(model_table))
             inserted = after - before
             summaries.append(TableSummary(table, len(frame), inserted, written - inserted))
-    return IngestSummary(tuple(summaries), time.perf_counter() - t0)
+        summary = None
+        try:
+            with signals_deferred():
+                check_pending()
+                transaction.commit()
+                summary = IngestSummary(tuple(summaries), time.perf_counter() - t0)
+        except (KeyboardInterrupt, Terminated) as exc:
+            if summary is not None:  # the stop came during the commit: the batch is written
+                exc.committed = summary
+            raise
+    return summary
 
 
 def _lock_for_ingest(conn) -> None:

@@ -2,7 +2,8 @@
 
 A run's results become visible to readers only when the run's status is 'completed'
 (:func:`latest_completed_run`, :func:`load_results` check it). A run that fails has its partial
-results deleted and its row marked 'failed' with the error — earlier runs are never touched.
+results deleted and its row marked 'failed' with the error — earlier runs are never touched. A
+completed run's results are deleted only by :func:`prune_runs`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -139,13 +140,18 @@ def complete_run(
             )
 
 
-def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float]) -> None:
-    """Delete the run's partial results and mark it failed with the error, in one transaction.
+def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float]) -> str | None:
+    """Mark a 'running' run failed with the error and delete its partial results, in one
+    transaction; returns the run's status afterwards ('failed'; None when no such run).
+
     A run already marked failed (by ``adseg db unlock --force`` while it ran) keeps the reason
-    and finish time that process wrote: only what it wrote since is deleted."""
+    and finish time that process wrote: only what it wrote since is deleted. A completed run is
+    left as it is, results included, and 'completed' is returned: its process ended after
+    committing it (a stop or a crash before the lock was released), and a completed run's
+    results are deleted only by :func:`prune_runs`."""
     with engine.begin() as conn:
-        for table in RESULT_TABLES:
-            conn.execute(delete(table).where(table.run_id == run_id))
+        # the update first: on PostgreSQL it waits for a completion being committed, and then
+        # the status read next is the committed one
         conn.execute(
             update(Run)
             .where(Run.run_id == run_id, Run.status == "running")
@@ -153,6 +159,11 @@ def fail_run(engine: Engine, run_id: int, error: str, timings: dict[str, float])
                 status="failed", finished_at=_now(), error=error[:4000], timings=_jsonable(timings)
             )
         )
+        status = conn.scalar(select(Run.status).where(Run.run_id == run_id))
+        if status == "failed":
+            for table in RESULT_TABLES:
+                conn.execute(delete(table).where(table.run_id == run_id))
+        return status
 
 
 @dataclass(frozen=True)
@@ -223,9 +234,8 @@ def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[in
         stmt = stmt.where(Run.run_id != exclude)
     with engine.connect() as conn:
         orphans = conn.scalars(stmt).all()
-    for run_id in orphans:
-        fail_run(engine, run_id, "abandoned: its process ended and no lock named the run", {})
-    return list(orphans)
+    why = "abandoned: its process ended and no lock named the run"
+    return [run_id for run_id in orphans if fail_run(engine, run_id, why, {}) == "failed"]
 
 
 def get_run(engine: Engine | Connection, run_id: int) -> dict[str, Any]:
@@ -305,10 +315,23 @@ def _run_dict(run: Run) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LockHolder:
+    """A lock row. ``run_status``: once the lock was taken over or cleared, the status its run
+    was left in ('failed', or 'completed' when its process ended after completing it; None
+    before, or when the lock named no run)."""
+
     name: str
     run_id: int | None
     holder: str
     acquired_at: dt.datetime
+    run_status: str | None = None
+
+    def run_outcome(self) -> str:
+        """What taking over or clearing the lock did to its run, for a message ('' if none)."""
+        if self.run_id is None:
+            return ""
+        if self.run_status == "completed":
+            return f"run {self.run_id} had completed and is kept"
+        return f"run {self.run_id} marked failed"
 
 
 def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = None) -> str:
@@ -329,14 +352,14 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
                 current = lock_holder(engine, name)
                 stale = current is not None and _is_stale(engine, current)
                 if stale:
-                    _abandon(engine, current)
+                    current = _abandon(engine, current)
             else:
                 _held_here.add(_lock_key(engine, name))
                 return holder
         if current is None:
             continue
         if stale:
-            run = "" if current.run_id is None else f"; its run {current.run_id} marked failed"
+            run = f"; its {current.run_outcome()}" if current.run_id is not None else ""
             # the caller may be any command (a prune, a segment): say so, it changed a run
             log.warning(
                 "took over the %s lock of %s, whose process has ended%s", name, current.holder, run
@@ -389,14 +412,18 @@ def release_lock(engine: Engine, name: str, holder: str) -> None:
             _held_here.discard(_lock_key(engine, name))
 
 
-def _abandon(engine: Engine, stale: LockHolder, why: str = "", *, ended: bool = True) -> None:
+def _abandon(engine: Engine, stale: LockHolder, why: str = "", *, ended: bool = True) -> LockHolder:
     """Clear a lock whose process is gone (``ended``) or is being cleared by force; its run (if
-    any) is marked failed, results deleted."""
+    any) is marked failed, results deleted, unless it had completed (:func:`fail_run`). Returns
+    the lock with its run's status."""
+    status = None
     if stale.run_id is not None:
         # a forced clear does not know that the process ended: it may be running still (QA)
         what = "ended without finishing the run" if ended else "lost its lock before finishing"
-        fail_run(engine, stale.run_id, f"abandoned: process {stale.holder} {what}{why}", {})
+        why = f"abandoned: process {stale.holder} {what}{why}"
+        status = fail_run(engine, stale.run_id, why, {})
     release_lock(engine, stale.name, stale.holder)
+    return replace(stale, run_status=status)
 
 
 def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) -> LockHolder | None:
@@ -404,7 +431,8 @@ def clear_lock(engine: Engine, name: str = "nightly", *, force: bool = False) ->
     lock was free. A holder on this host whose process still exists, or one on another host
     (which cannot be checked), is cleared only with ``force`` (RunLockedError otherwise): its
     process id may have been reused by an unrelated process. The holder's run is marked failed
-    and its partial results deleted, as when a crashed holder is taken over."""
+    and its partial results deleted, as when a crashed holder is taken over (a run that had
+    completed is kept: the holder's ``run_status`` says which)."""
     with _held_here_guard:  # judge and clear with this process's locks standing still
         return _clear_lock(engine, name, force)
 
@@ -428,8 +456,7 @@ def _clear_lock(engine: Engine, name: str, force: bool) -> LockHolder | None:
             f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC) and adseg cannot tell whether that "
             "process still runs; if it does not, clear the lock with --force"
         )
-    _abandon(engine, current, " (lock cleared by `adseg db unlock`)", ended=stale)
-    return current
+    return _abandon(engine, current, " (lock cleared by `adseg db unlock`)", ended=stale)
 
 
 _held_here: set[tuple[str, str]] = set()
