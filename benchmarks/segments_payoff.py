@@ -33,6 +33,7 @@ from adseg.bench import machine_summary, write_results  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
 from adseg.simulate import family_config, simulate_marketplace, write_marketplace  # noqa: E402
 from adseg.store import migrate  # noqa: E402
+from adseg.store import results as store  # noqa: E402
 from adseg.store.engine import make_engine  # noqa: E402
 from adseg.store.load import write_batch  # noqa: E402
 
@@ -70,6 +71,7 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
     t0 = time.perf_counter()
     result = pipeline.run_nightly(engine, config=config)
     wall = time.perf_counter() - t0
+    model_k = store.get_run(engine, result.run_id)["parameters"]["resolved"]["model"]["k"]
     engine.dispose()
     rec = result.recommended_source
     mape = result.result.mape
@@ -80,7 +82,7 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
     bands = bands[bands["supply_mode"] == "actual"]
     bands = pd.concat([bands, bands[bands["source"] == rec].assign(source="recommended")])
     info = dict(family=family, market_seed=market_seed, seed=seed, recommended=rec, wall_s=wall)
-    info["k"] = result.n_segments
+    info["k"], info["model_k"] = result.n_segments, model_k
     keep = ["source", "method", "impressions_mape", "spend_mape", "n_segments", "ari"]
     return rows[keep].assign(**info), bands.assign(**info), info
 
@@ -204,7 +206,9 @@ def main() -> None:
         lines += [
             f"## Family `{family}`",
             "",
-            f"Recommended: {chosen}; model K chosen: {sorted(r['k'].tolist())}; nightly wall "
+            f"Recommended: {chosen}; the model view's K (by backtest): "
+            f"{sorted(r['model_k'].tolist()) if 'model_k' in r else 'not recorded'}; the fusers' "
+            f"K (the KS views' median): {sorted(r['k'].tolist())}; nightly wall "
             f"median {r['wall_s'].median():.1f} s.",
             "",
             criteria(f),
