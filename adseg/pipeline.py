@@ -130,6 +130,9 @@ class NightlyConfig:
     # {fuser: {parameter: value}}, constructor arguments beside n_clusters and random_state
     # (``--fuser-option rcc.normalize=true``), checked and keyed by canonical name on creation
     fuser_options: dict = field(default_factory=dict)
+    # True: the fusers get the paper's views only, equally weighted (the model view stays a
+    # source); False: the model view too, each clustering weighted by its backtest score
+    paper_fusion: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -951,7 +954,9 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
     choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
     model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
-    labels, columns = _with_model_column(views.labels, views.columns, model, choices.k)
+    labels, columns = views.labels, views.columns
+    if not config.paper_fusion:
+        labels, columns = _with_model_column(labels, columns, model, choices.k)
     weights, scores = np.ones(labels.shape[1]), None
     primary = config.primary()
     recommended, reason = primary, "no backtest: the primary fuser"
@@ -1013,6 +1018,8 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     )
     sources[MODEL_SOURCE] = choices.fit_labels
     bt_weights = weights_from_backtest(bt_columns, bt_columns, keyed)
+    if config.paper_fusion:  # the paper's views, equally weighted, as the run's fusers get them
+        bt_labels, bt_weights = bt.labels, np.ones(bt.labels.shape[1])
     fusion = fuse(
         bt_labels,
         [f for f in names if f in BACKTEST_FUSERS],
@@ -1025,6 +1032,8 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     )
     sources.update(fusion.segmentations)
     scores = backtest.score(sources, random_state=config.seed)
+    if config.paper_fusion:
+        return np.ones(len(columns)), scores
     return weights_from_backtest(columns, bt_columns, keyed), scores
 
 
