@@ -358,11 +358,12 @@ def test_a_ctrl_c_while_the_arguments_are_parsed_gets_its_line(monkeypatch, caps
 def test_a_stop_inside_a_command_still_gets_one_line(monkeypatch, capsys, tmp_path):
     """The line the command printed is not repeated by the entry point."""
     import adseg.cli
+    import adseg.cli.report
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(adseg.cli, "_engine", interrupted)
+    monkeypatch.setattr(adseg.cli.report, "_engine", interrupted)  # where `runs` looks it up
     with pytest.raises(SystemExit) as stopped:
         adseg.cli.entry_point(["runs", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"])
     assert stopped.value.code == 130

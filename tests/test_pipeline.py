@@ -947,13 +947,13 @@ def test_a_stop_while_the_reports_are_written_keeps_the_completed_run(
 ):
     """SIGTERM after the run completed, while its reports are written: the run stays completed
     and the line says so (it used to say "a run in progress is marked failed")."""
-    from adseg import cli
+    from adseg.cli import run as run_commands
     from adseg.interrupts import Terminated
 
     def stopped(*args, **kwargs):
         raise Terminated(signal.SIGTERM)
 
-    monkeypatch.setattr(cli, "_write_report", stopped)
+    monkeypatch.setattr(run_commands, "_write_report", stopped)  # where nightly looks it up
     args = ["nightly", "-q", "--fuser", "l2", "--report-html", str(tmp_path / "r.html")]
     res = runner.invoke(app, [*args, "--database-url", db_url])
     assert res.exit_code == 143, res.output
@@ -2155,9 +2155,10 @@ def test_the_band_table_shows_a_band_whose_actuals_are_all_zero(monkeypatch):
     from rich.console import Console
 
     from adseg import cli
+    from adseg.cli import run as run_commands
 
     buffer = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buffer, width=200))
+    monkeypatch.setattr(run_commands, "out", Console(file=buffer, width=200))  # _print_bands
     rows = [
         (band, source, method, mape)
         for band, mapes in (("0", [np.nan] * 4), ("1-4", [0.1, 0.2, 0.3, np.nan]))
