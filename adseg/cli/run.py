@@ -101,11 +101,20 @@ def nightly(
     segments: Annotated[
         int | None,
         typer.Option(
-            help="Number of segments of the model view and the fusers (default: chosen by "
-            "backtest on the training window; the middle candidate when it is too short).",
+            help="Number of segments of the model view and the fusers (default: the model "
+            "view's by backtest on the training window, the fusers' the median cluster count "
+            "of the KS views).",
             min=1,
         ),
     ] = None,
+    paper_fusion: Annotated[
+        bool,
+        typer.Option(
+            "--paper-fusion",
+            help="Fuse the paper's views only, equally weighted (default: the model view too, "
+            "each clustering weighted by its backtest score). The model view stays a source.",
+        ),
+    ] = False,
     supply: Supply = "both",
     supply_model: SupplyModel = "ses",
     supply_engine: SupplyEngine = "numpy",
@@ -126,7 +135,7 @@ def nightly(
     quiet: Quiet = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
-    """The nightly job: pull → views → fuse → regenerate → forecast → score → persist → report.
+    """The nightly job: pull → views → model (backtest) → fuse → forecast → score → report.
 
     Exit codes: 0 done, 1 the run failed (recorded in its run row) or completed but a report
     file could not be written, 2 bad input, 75 another
@@ -166,6 +175,7 @@ def nightly(
         min_samples=min_samples,
         truth_path=str(truth) if truth else None,
         fuser_options=options,
+        paper_fusion=paper_fusion,
         **forecast_options,
     )
     config.fuser_names()  # validate names before taking the lock
