@@ -984,6 +984,19 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     )
 
 
+def _view_sources(views, k: int, config, win_samples, cost_samples, model) -> dict:
+    """The single-view sources (:func:`single_view_segmentations`) and the model view's."""
+    sources = single_view_segmentations(
+        views.labels,
+        views.columns,
+        k,
+        config.single_view_alpha,
+        {"win_rate": win_samples, "ecpm_cost": cost_samples},
+    )
+    sources[MODEL_SOURCE] = model
+    return sources
+
+
 def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
     that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
@@ -1009,14 +1022,9 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     bt_k = choose_n_segments(bt.columns, bt.labels, None)
     if config.n_segments is not None:
         bt_k = config.n_segments
-    sources = single_view_segmentations(
-        bt.labels,
-        bt.columns,
-        bt_k,
-        config.single_view_alpha,
-        {"win_rate": backtest.win_samples, "ecpm_cost": backtest.cost_samples},
+    sources = _view_sources(
+        bt, bt_k, config, backtest.win_samples, backtest.cost_samples, choices.fit_labels
     )
-    sources[MODEL_SOURCE] = choices.fit_labels
     bt_weights = weights_from_backtest(bt_columns, bt_columns, keyed)
     if config.paper_fusion:  # the paper's views, equally weighted, as the run's fusers get them
         bt_labels, bt_weights = bt.labels, np.ones(bt.labels.shape[1])
@@ -1074,14 +1082,9 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
             options=config.fuser_options,
             weights=chosen.weights,
         )
-        segmentations = single_view_segmentations(
-            views.labels,
-            views.columns,
-            n_segments,
-            config.single_view_alpha,
-            {"win_rate": data.win_samples, "ecpm_cost": data.cost_samples},
+        segmentations = _view_sources(
+            views, n_segments, config, data.win_samples, data.cost_samples, chosen.model_labels
         )
-        segmentations[MODEL_SOURCE] = chosen.model_labels
         segmentations.update(fusion.segmentations)
         if config.truth_path:
             named = read_truth(config.truth_path)

@@ -336,22 +336,26 @@ def _landscape_cells(market):
     return cells, win, ecpm
 
 
-def test_true_landscape_matches_the_logged_sample(default):
-    """Win rate of clean logged auctions vs the true F at the day's bid (z-test per bin)."""
-    # Base distribution; the market levels vary by ±3% a day, well inside the tolerance below.
-    cells, win, ecpm = _landscape_cells(default)
+def _assert_calibrated(cells, win, ecpm):
+    """The logged win share agrees with the true win rate overall and within its deciles (a
+    z-test per decile), and the logged mean paid eCPM with the true conditional mean."""
     rows, wins = cells["rows"].to_numpy(), cells["wins"].to_numpy()
     assert abs(wins.sum() / rows.sum() - (win * rows).sum() / rows.sum()) < 0.01
-    # Calibration: within deciles of the true win rate, the empirical win share agrees.
     bins = np.minimum((win * 10).astype(int), 9)
     for b in np.unique(bins):  # loop over ≤ 10 bins
         sel = bins == b
         expected = (win[sel] * rows[sel]).sum()
         se = np.sqrt((win[sel] * (1 - win[sel]) * rows[sel]).sum())
         assert abs(wins[sel].sum() - expected) < 4 * se + 0.01 * rows[sel].sum(), b
-    # Mean paid eCPM of the logged wins vs the true conditional mean, weighted by wins.
     expected_paid = (np.nan_to_num(ecpm) * wins).sum()
     assert abs(cells["paid_sum"].sum() - expected_paid) / expected_paid < 0.02
+
+
+def test_true_landscape_matches_the_logged_sample(default):
+    """Win rate of clean logged auctions vs the true F at the day's bid (z-test per bin)."""
+    # Base distribution; the market levels vary by ±3% a day, well inside the tolerance below.
+    cells, win, ecpm = _landscape_cells(default)
+    _assert_calibrated(cells, win, ecpm)
 
 
 def test_delivery_matches_true_win_rate_times_supply():
@@ -629,17 +633,8 @@ def test_gamma_true_landscape_matches_the_logged_sample(gamma_market):
     """Win rate and paid eCPM of clean logged auctions vs true_landscape at the day's bid."""
     cells, win, ecpm = _landscape_cells(gamma_market)
     truth = gamma_market.truth.set_index("advertiser_id").loc[cells["advertiser_id"]].reset_index()
-    rows, wins = cells["rows"].to_numpy(), cells["wins"].to_numpy()
-    assert rows.sum() > 5000
-    assert abs(wins.sum() / rows.sum() - (win * rows).sum() / rows.sum()) < 0.01
-    bins = np.minimum((win * 10).astype(int), 9)
-    for b in np.unique(bins):  # loop over ≤ 10 bins
-        sel = bins == b
-        expected = (win[sel] * rows[sel]).sum()
-        se = np.sqrt((win[sel] * (1 - win[sel]) * rows[sel]).sum())
-        assert abs(wins[sel].sum() - expected) < 4 * se + 0.01 * rows[sel].sum(), b
-    expected_paid = (np.nan_to_num(ecpm) * wins).sum()
-    assert abs(cells["paid_sum"].sum() - expected_paid) / expected_paid < 0.02
+    assert cells["rows"].sum() > 5000
+    _assert_calibrated(cells, win, ecpm)
     # The truth's price_family column is what makes the landscape gamma: read as log-normal,
     # the same parameters give another landscape.
     lognormal, _ = true_landscape(truth.drop(columns="price_family"), cells["bid_ecpm"].to_numpy())
