@@ -1,52 +1,14 @@
 """Bid landscapes: empirical c.d.f.s and exact all-pairs two-sample Kolmogorov–Smirnov statistics.
 
-The paper (seed 003, Eq. 41) compares advertisers i and j, with m and n observations, by the
-scaled two-sample KS statistic
+The scaled KS statistic dist(i, j) = sqrt(m n / (m + n)) · sup_x |F_i(x) − F_j(x)| (paper seed 003,
+Eq. 41) is computed exactly for every pair as D_ij = max(A_ij, A_ji), A_ij the largest F_i − F_j
+over the distinct values of sample i, snapped like ``scipy.stats.ks_2samp`` (bit for bit there).
 
-    dist(i, j) = sqrt(m n / (m + n)) · D_ij,      D_ij = sup_x |F_i(x) − F_j(x)|,
-
-and links them when dist ≤ C_α, the upper-α point of the Kolmogorov distribution (Eq. 40, 42).
-
-Exactness. Both e.c.d.f.s are right-continuous step functions, so F_i − F_j only *rises* at the
-sample points of i and only *falls* at those of j. Hence
-
-    D_ij = max(A_ij, A_ji),     A_ij = max_{x ∈ U_i} (F_i(x) − F_j(x)) ≥ 0,
-
-where U_i is the set of distinct values of sample i (A_ij ≥ 0 because F_i(max U_i) = 1). Every
-F value is an integer count divided by the sample size in float64, exactly as scipy computes it.
-D_ij is a multiple h / lcm(m, n); the float difference k/m − l/n can sit one ulp off that
-rational, and scipy's ``ks_2samp`` snaps its statistic to the nearest float of h / lcm (whenever
-it takes its exact path, i.e. max(m, n) ≤ 10,000), so we snap too. The result equals
-``scipy.stats.ks_2samp(a, b).statistic`` bit for bit there (tests check 1e-12), ties and samples of
-size 1 included, and is the correctly rounded exact statistic for every pair with lcm ≤ 2⁴⁰.
-
-Cost. The directed form ("points" method, the default) evaluates, for each row advertiser i,
-F_i − F_j at its own |U_i| points for every column j: n · Σ_i |U_i| element operations, which is
-below the n² · G / 2 of evaluating every pair on the pooled grid of G distinct values whenever
-advertisers have fewer than G/2 distinct values each (heavy-tailed sample sizes make that the rule;
-with prices quantised to a tick, |U_i| ≤ the number of ticks). Columns are processed in blocks
-whose e.c.d.f.s are tabulated only on the block's own distinct values, so a huge pooled grid never
-has to be held. The "grid" method (every pair on the pooled grid, blocked over rows) is kept as a
-cross-check and for benchmarks.
-
-Memory. Besides the n×n float64 result (symmetrised in place, by blocks), the "points"
-method holds one column block's e.c.d.f. table, (G_B + 1) × b_col float64 with G_B ≤ min(G,
-samples in the block), plus its int64 counts of the same size: together ≤ ``memory_mb`` and ≤
-64 MB by the choice of each block's width (also ≤ chunk_elements / 64); with the float32 screen
-(precision="auto" on large inputs) the float32 result and its float64 copy coexist for a moment
-(1.5 n×n float64); a few O(N) arrays of the pooled samples
-(N = Σ_i m_i: values, owners, sort order; ≈ 40 N bytes) and O(P) point arrays (P = Σ_i |U_i|);
-and one working chunk of about ``chunk_elements`` float64 (default 2¹⁸ = 2 MiB, sized for the L2
-cache). Never an n × n × G array.
-
-Speed. Per column block, each sample's points are cut into pieces, padded to a few length classes
-(≤ 19% padding, by repeating the last point) and batched as (pieces, length, b_col) arrays, so the
-inner work is one gather, one subtract and one max over an axis: about 2–4 ns per point × column
-on this project's (shared, 2-core) machine, the more the less the prices are rounded. See
-benchmarks/results/ks_timing.md.
-
-Empty samples get NaN in their row and column of both matrices (diagonal included): the KS
-statistic is undefined for them. ``on_empty="raise"`` turns that into an error instead.
+Cost: n · Σ_i |U_i| element operations ("points" method, default; "grid" is the cross-check).
+Memory: the n×n float64 result, one column block's e.c.d.f. table (≤ ``memory_mb`` and ≤ 64 MB),
+≈ 40 bytes per pooled sample, one working chunk of ``chunk_elements`` float64; never n × n × G.
+Empty samples get NaN rows and columns (``on_empty="raise"`` makes it an error). Derivation and
+timings: docs/algorithms/ks.md.
 """
 
 from __future__ import annotations

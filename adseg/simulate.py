@@ -1,74 +1,17 @@
 """The synthetic real-time-bidding marketplace behind ``sample_campaigns/``.
 
 A pure module (numpy/pandas; no SQL, no CLI). ``simulate_marketplace(config)`` returns a
-:class:`Marketplace` of four frames in the ingest format of DESIGN.md §3 — ``advertisers``,
+:class:`Marketplace` of frames in the ingest format of DESIGN.md §3 — ``advertisers``,
 ``auctions`` (the logged auction sample), ``delivery`` (daily totals) — plus ``truth``, the
 generating parameters, which the pipeline never reads. ``write_marketplace(market, out_dir)``
 writes ``advertisers.csv.gz``, ``auctions.csv.gz``, ``delivery.csv.gz`` and ``truth.csv``
-byte-identically for the same configuration (gzip mtime 0, no file name in the header, prices
-as exact decimal strings of integer ticks, stable row order).
+byte-identically for the same configuration.
 
-The model (every choice is argued in ``sample_campaigns/README.md``):
-
-* **Segments.** ``n_segments`` latent segments, each a *vertical* (travel, auto, …; segment s is
-  in vertical s mod 10) crossed with an *audience qualifier* (luxury, budget, …). Each segment has
-  its own market-price distribution on eCPM: a two-component log-normal mixture ``X`` (a main
-  body and a competitive upper tail), an exchange reserve price ``r`` (zero in half the
-  verticals) and the exchange tick ``t = 10**-price_decimals``. The parameters are structured:
-  the vertical sets the price level (spread over [ln 0.4, ln 5] eCPM), the shape and the reserve
-  policy; the qualifier shifts the level by N(0, ``qualifier_price_sigma``); the segment adds
-  N(0, ``segment_price_sigma``) to the level and log-normal jitter ``segment_shape_sigma`` to the
-  shape. So segments of one vertical are similar but distinguishable, and segments of different
-  verticals are far apart. The reported market price (the minimum eCPM bid that wins) is
-  ``mp = t · ceil(max(a·g·X, r) / t)``, rounded *up* to the tick so that a bid ``b`` on the tick
-  grid wins exactly when ``b ≥ mp`` and ``P(mp ≤ b) = 1[b ≥ r] · F_X(b / (a·g))``.
-* **Advertisers.** Each belongs to one segment, drawn with Dirichlet segment shares. ``a`` is an
-  advertiser-specific price scale ``exp(N(0, advertiser_price_sigma))`` — segments are close to
-  but not exactly homogeneous. ``g`` is a per-(segment, day) market level
-  ``exp(N(0, market_day_sigma))``: prices move a little from day to day, which no forecast from
-  the training window can know, so even the true distribution has a non-zero forecast error.
-* **Auction rule.** Most advertisers buy in second-price auctions with reserve: paid = mp. A share
-  (``first_price_share``) buy in first-price auctions through a bid shader that submits the
-  clearing-price estimate plus a share θ of the headroom: paid = mp + round(θ·(b − mp)) ticks
-  with θ ~ U(0.1, 0.5). Win iff b ≥ mp under both rules.
-* **Volume.** Daily supply (bid requests) is log-normal across advertisers (median
-  ``median_daily_supply``, log-sd ``supply_sigma``: four to five orders of magnitude) with a weekly
-  profile, a trend and day noise. The logged sample rate is set so that the expected number of
-  training-window samples is log-normal (median ``median_train_samples``, log-sd
-  ``sample_count_sigma``), partly correlated with supply: many advertisers have a handful of
-  samples and a few have thousands. Logged auctions per day ~ Binomial(supply, rate).
-* **Bids.** An advertiser's bid level is the quantile of its own price distribution at a target win
-  rate ~ 0.05 + 0.9·Beta(2, 2.5); the day's bid is level · exp(N(0, σ_b)), σ_b ~ U(0.03, 0.15), on
-  the tick grid. A share (``eval_bid_change_share``) change their level at the start of the
-  evaluation window by exp(N(0, 0.2)), so forecasts must read the c.d.f.s away from the bids seen
-  in training — the use a bid landscape exists for.
-* **Text.** Descriptions mix the segment's vertical and qualifier words with generic marketing
-  words and a per-advertiser *misleading* theme (another vertical's words), in the proportions
-  ``text_mix``, so text finds the vertical well and the segment poorly.
-* **Faults** (``fault_share`` of advertisers, four kinds in turn): ``unit_market`` (one logging
-  path writes market prices ×1000 on a share of rows), ``unit_paid`` (the same for paid eCPM),
-  ``bug_market`` (on lost auctions the market price is logged as the advertiser's own bid) and
-  ``bot_burst`` (a one-hour burst of bot auctions with abnormally cheap prices on one training
-  day). Faulty rows may violate ``won ⇔ bid ≥ market price`` or ``paid ≤ bid`` — real logs do;
-  ingest must keep them. The delivery frame is never faulty.
-* **Delivery** (all days) is computed from the full simulated auctions, not the sample:
-  impressions ~ Binomial(supply, F_day(bid)) and spend = (N·μ + √N·s·z)/1000 with μ, s the exact
-  mean and standard deviation of the paid eCPM given a win at that bid (a sum over the tick grid),
-  z ~ N(0, 1) — the normal approximation of the sum of N i.i.d. paid prices.
-* **Families.** ``price_family="gamma"`` makes each mixture component a gamma distribution with
-  mean ``exp(mu_j)`` and coefficient of variation ``sigma_j`` instead of a log-normal (same
-  parameters, same truth columns, plus a ``price_family`` column); sampling, quantiles, the exact
-  tick-grid sums and ``true_landscape`` all follow it. ``family_config("gamma")`` is a second
-  preset world (gamma prices, a flatter vertical price structure, unequal segment sizes, noisier
-  text, sparser samples) on which no segmentation method is flattered by the default's choices.
-
-Cost: O(rows) time and memory for the auction sample (≈ 0.3 M rows by default; measured
-2026-11-24 at 10,000 advertisers: ≈ 530 bytes per row at peak while simulating, ≈ 850 while
-writing CSV, which holds the rows as text, the file's text and its gzip at once: 2.2 GB for
-2.4 M rows, so the 100,000-advertiser limit needs ≈ 20 GB), plus O(Σ bid/tick) over
-advertiser-days for the exact landscape sums (≈ 4 M grid points by default, processed in chunks
-of ≤ 4 M, ≈ 80 bytes per point). The default marketplace takes ≈ 4 s to simulate and ≈ 6 s to
-write (2 loaded cores).
+The model (segments, advertisers, auction rules, volume, bids, text, faults, delivery, price
+families) is described in docs/algorithms/simulator.md and argued in
+``sample_campaigns/README.md``. Cost: O(rows) time and memory for the auction sample (≈ 530 bytes
+per row while simulating, ≈ 850 while writing CSV), plus O(Σ bid/tick) over advertiser-days for
+the exact landscape sums, in chunks of ≤ 4 M points of ≈ 80 bytes.
 """
 
 from __future__ import annotations

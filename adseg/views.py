@@ -1,51 +1,18 @@
 """Base clusterings of advertisers from each view: KS graphs of the bid landscapes, and text.
 
-Pipeline steps 3–4 (DESIGN.md §2; paper seed 003, section "Applications in Advertising
-Segmentation", Eqs. 40–42):
+Pipeline steps 3–4 (DESIGN.md §2; paper seed 003, Eqs. 40–42):
 
-* **KS views** ("win_rate" from market-price samples, "ecpm_cost" from paid-eCPM samples). The
-  scaled KS distances dist_ij = sqrt(m n / (m + n)) sup |F_i − F_j| are computed once per view
-  (``adseg.landscape.ks_distance_matrix``, exact); for each α the graph S_ij = 1[dist_ij ≤ C_α]
-  (self-loops included: dist_ii = 0) is segmented by normalised cut (``NormalizedCutClustering``),
-  giving one base clustering per α. A smaller α has a larger C_α, so its graph links more pairs.
-  Advertisers with fewer than ``min_samples`` samples of that kind are left out of the view
-  (label -1), not dropped; the count is reported per column.
-* **Text view.** TF-IDF of descriptions (scikit-learn), reduced by LSA (truncated SVD) and
-  row-normalised so that Euclidean k-means works on cosine geometry, clustered by seeded k-means
-  for each k in ``text_ks``. Descriptions with no usable term get -1.
+* **KS views** ("win_rate", "ecpm_cost"): for each α the graph S_ij = 1[dist_ij ≤ C_α] of the
+  scaled KS distances is segmented by normalised cut, one base clustering per α. Advertisers with
+  fewer than ``min_samples`` samples get label -1. The number of clusters is ``n_clusters`` or, by
+  default, the Bethe-Hessian estimate clipped to ``k_range`` ("eigengap", "modularity" optional).
+* **Text view**: TF-IDF, LSA and row-normalisation, then seeded k-means for each k in ``text_ks``;
+  descriptions with no usable term get -1.
 
-Normalised cut. With A the graph's adjacency and D its degrees, N = D^-1/2 A D^-1/2; the top
-eigenvectors of N are the bottom ones of the normalised Laplacian L = I − N. The number of
-clusters is ``n_clusters`` when given, else estimated: by default the Bethe-Hessian estimate
-(the count of its negative eigenvalues; Saade, Krzakala & Zdeborová 2014), clipped to
-``k_range``; "eigengap" (the k in ``k_range`` maximising λ_k − λ_{k+1}, λ the eigenvalues of N,
-largest first) and "modularity" are the alternatives. Nodes linked to nobody (significantly
-different from every other advertiser) become singleton clusters, and the cut runs on the rest;
-separate components are separate clusters whenever k_range allows it. When a fixed
-``n_clusters`` is below the number of components, the embedding spans the whole (degenerate)
-eigenvalue-1 space, so k-means merges whole components and never splits one.
-
-Choice of k, and the paper. The issue suggests the eigengap. Measured on the simulated marketplace
-(1,268 advertisers, 40 true segments, median 52 samples), the eigengap picks few clusters (3–12
-per KS graph; the binary KS graph of small samples is dense, 7–20 % of pairs linked, and its
-spectrum decays smoothly), "modularity" (best Newman modularity over 16 k in k_range) 4–7, and the
-Bethe Hessian 13–21, nearest the k of best ARI against the true segments (12–24); on a 200-
-advertiser, 12-segment market: eigengap 3–7, Bethe Hessian 5–8, best ARI at 8–12. Hence the
-default "bethe_hessian"; a fixed ``n_clusters`` is the other option. The paper's Table 4 reports
-32–73 clusters for its 1,268 real advertisers, falling with α; ours rise with α (a sparser graph
-splits more); the spec's S_ij = 1[dist ≤ C_α] is kept as written
-(benchmarks/results/ks_timing.md has the numbers).
-
-Memory: per KS view (n_v = advertisers with enough samples), the distance matrix and the
-adjacency of one α (two n_v × n_v float64 arrays) plus the normalised cut's peak: up to 3 more
-at n_v ≤ 2,000 (tracemalloc, 2026-11-24: 5.0 in all at n_v = 2,000), about 1.1 above, where the
-Bethe Hessian is the one dense array and Lanczos works on a sparse N (tracemalloc, 2026-11-25:
-1.14 for the cut at n_v = 2,500, 8 % of pairs linked); n_v = 7,600 → 460 MB each. Time: the KS
-matrix (see adseg.landscape) plus, per α, the Bethe Hessian's dense LDLᵀ factorisation that
-counts the clusters (O(n_v³/3), LAPACK's blocked code: about 5 s at n_v = 8,000), a partial
-eigendecomposition (LAPACK subset solver up to n_v = 2,000, Lanczos on a sparse N above) and
-k-means on an n_v × k embedding: 66 s for the whole stage at 10,000 advertisers
-(benchmarks/results/nightly_10000.md).
+Memory per KS view (n_v advertisers with enough samples): two n_v × n_v float64 arrays plus the
+cut's peak, up to 3 more at n_v ≤ 2,000 and about 1.1 above; n_v = 7,600 → 460 MB each. Time: the
+KS matrix plus, per α, an O(n_v³/3) LDLᵀ factorisation, a partial eigendecomposition and k-means.
+Choice of k against the paper, and measurements: docs/algorithms/ks.md.
 """
 
 from __future__ import annotations

@@ -1,76 +1,16 @@
 """LTA: clustering ensemble by low-rank tensor approximation of the co-association matrix.
 
-Jia, Liu, Hou, Zhang, "Clustering Ensemble Meets Low-rank Tensor Approximation", AAAI 2021
-(seeds/002, specs/lta.md). The co-association matrix A (n×n) and the coherent-link matrix M
-(M_ij = 1 when i and j are never separated) are stacked into an n×n×2 tensor; a convex model
+Jia, Liu, Hou, Zhang, AAAI 2021 (seeds/002, specs/lta.md). The co-association matrix A and the
+coherent-link matrix M are stacked into an n×n×2 tensor, refined by the paper's inexact ADMM
+(tensor nuclear norm + λ‖E‖_F²), and the refined co-association P2 is clustered by spectral
+clustering (``final="sc"``) or average linkage on 1 − P2 (``final="ea"``).
 
-    min ‖𝓟‖_⊛ + λ‖E‖_F²   s.t.  P1 = 1 on Ω = {M = 1},  P2 + E = A,
-                              P1, P2 symmetric with entries in [0, 1]
-
-is solved by the paper's inexact ADMM (spec §3), and the refined co-association P2 is clustered
-by spectral clustering (``final="sc"``, the paper's Ours-SC) or average-linkage agglomeration on
-1 − P2 (``final="ea"``, Ours-EA).
-
-**Item order — read this before choosing ``orientation``.** The paper's tensor nuclear norm
-(``orientation="sample"``) takes the DFT along the *item* index, so its result depends on the
-order the items come in: it low-pass filters the co-association along the rows. The benchmark
-files are sorted by class, and a low-pass filter along a class-sorted index keeps exactly the
-ground-truth blocks, which is where the paper's large gains come from (spec §0). Evidence
-(benchmarks/results/lta_paper.md, the paper's protocol, 20 runs per set, same draws in both
-orders): in the files' class-sorted order "sample" reproduces the paper's Ours-SC (ACC on
-BinAlpha / MF / Semeion / Caltech20 / Texture 0.92 / 0.99 / 0.98 / 0.42 / 0.97 vs the paper's
-0.86 / 0.99 / 0.98 / 0.42 / 0.99); after a seeded shuffle of the items the same draws give SC
-ACC 0.18 / 0.36 / 0.30 / 0.28 / 0.60 — *below* plain co-association clustering (CA-SC
-0.46 / 0.55 / 0.59 / 0.30 / 0.62) and on BinAlpha, Semeion and Caltech20 below the mean base
-clustering. On MNIST (20 runs) sorted order gives 0.88 (paper 0.98), shuffled 0.50, CA-SC
-0.54, "frontal" 0.51. ISOLET's file is not class-sorted (30 % of neighbours share a class),
-and there the paper's gain is small and ours smaller still: file order 0.61 (paper 0.68),
-shuffled 0.57, "frontal" 0.56, CA-SC 0.57. Advertisers have no meaningful order, so the
-default here is ``orientation="frontal"``: the textbook t-SVD with the DFT along the 2-slice mode,
-‖𝓟‖_⊛ = ½(‖P1 + P2‖_* + ‖P1 − P2‖_*), which is permutation-equivariant (shuffling the items
-shuffles the result the same way; tests/test_lta.py checks both behaviours, and that
-"sample" changes under a shuffle so nobody "fixes" it silently). Be aware that "frontal" is no
-better than plain co-association clustering on the seven pools (SC ACC 0.46 / 0.56 / 0.51 /
-0.57 / 0.30 / 0.61 / 0.56 vs CA-SC 0.46 / 0.55 / 0.54 / 0.59 / 0.30 / 0.62 / 0.57 on BinAlpha /
-MF / MNIST / Semeion / Caltech20 / Texture / ISOLET; spec §7 saw the same): LTA's published gains
-do not carry over to unordered data.
-``"sample"`` is kept to reproduce the paper, and must only be reported with the item order it
-was run on.
-
-**Speed of the frontal variant.** Items with identical label rows (the cells of the meet of all
-partitions, g of them; g < n on real ensembles: ~600 for Semeion's 1,593 items, ~2,000 for
-MNIST's 5,000) are interchangeable in A and Ω, and every ADMM step (SVT, clipping,
-symmetrising, the Ω projection) is equivariant to permuting items. Started from zero, every
-iterate therefore stays in the space of matrices that are constant on each cell-pair block
-(with their own diagonal), which is isometric to g×g matrices plus one scalar per cell. The
-solver runs there exactly (not an approximation: tests check it against the n×n ADMM to 1e-9):
-each iteration costs two g×g symmetric eigendecompositions, O(g³), run in two threads, instead
-of two n×n SVDs, O(n³). The optimum has full rank g, so partial eigensolvers do not help.
-
-Missing labels (-1) are supported through ``co_association``'s handling: A_ij is the share of the
-clusterings labelling both i and j that put them together, and Ω (the coherent links) is the set
-of pairs with A_ij = 1, i.e. covered by at least one clustering and never separated. An item
-labelled in no clustering has an all-zero row in A and no coherent link.
-
-Cost (n items, m clusterings, g cells, T iterations, typically 120–250):
-* ``"frontal"``: O(n m log n + g² Σk) to build; O(T g³) time; memory about 17 (g+1)×g float64
-  arrays during the solve (A, Ω, P1, P2, E, B, C, Λ1–3, two work arrays, the SVT's temporaries;
-  21–22 at the peak, tracemalloc 2026-11-24, g = 783 and 1,403),
-  then the n×n P2 (``similarity_``) and the n×n work of the final clustering (SC: the n×n
-  normalised matrix; EA: the n(n−1)/2 condensed distances).
-* ``"sample"``: O(T n² log n) time; memory about 16 n×n float64-sized arrays at the peak (A, P1,
-  P2, E, B, C, Λ1–3, two work arrays, the SVT's half spectra of (n/2+1)×n complex128 and its
-  outputs) and the n×n boolean Ω: n = 5,000 ≈ 3.2 GB, n = 20,000 ≈ 51 GB. Never an n×n×m array.
-* Measured (one BLAS thread, CPU seconds): n = 2,000 (g = 972) frontal 55 s, sample 26 s.
-  pool_mnist, n = 5,000 (g = 1,866), frontal: 271 s wall / 333 CPU s, 170 iterations,
-  1,018 MiB peak RSS (load 2.5 → 1.2) — under 5 minutes since the SVT computes the few kept
-  eigenpairs by Lanczos early in the ADMM (354 s at load 2–7 before); sample: 2.7 GB peak RSS
-  probed, about 1.1 s per iteration. Details: benchmarks/results/lta_scaling.md and
-  lta_sample_iteration.md.
-
-Deviations from the paper, all documented in the spec: μ_max = 1e8 (code: 1e10; never binds);
-the MATLAB odd-n double shrink of one frequency pair is not replicated; SC uses the c *largest*
-eigenvectors of D^{-1/2} W D^{-1/2}.
+``orientation="frontal"`` (default) is permutation-equivariant; ``"sample"`` (the paper's) depends
+on the item order and only reproduces the paper on class-sorted files. The frontal solver runs
+exactly on the g ≤ n cells: O(T g³) time, about 17–22 (g+1)×g float64 arrays, then the n×n P2
+and the final clustering's n×n work. ``"sample"``: O(T n² log n) time, about 16 n×n arrays
+(n = 5,000 ≈ 3.2 GB). Missing labels (-1) are supported. Evidence on item order, measured costs
+and the deviations from the paper: docs/algorithms/lta.md.
 """
 
 from __future__ import annotations

@@ -1,78 +1,17 @@
 """RCC — robust l1 consensus clustering by ADMM (seed 003, Kong, Lu, Shmakov, Yang; spec rcc.md).
 
-Model (spec §2, the paper's Eq. 25 relaxed)::
+Solves ``min_{H, D} ||M̃ − H D Hᵀ||_1`` s.t. HᵀH = I_K, D diagonal ≥ 0, with M̃ the (optionally
+weighted, optionally degree-normalised) co-association matrix of the base clusterings, by ADMM
+(the paper's Algorithm 1 with its two sign typos corrected), started from the L2CC solution; the
+labels are k-means on the row-normalised rows of H, or ``cluster_qr``. The l1 loss absorbs a
+gross error on a minority of entries of M̃ (e.g. one column labelling every item among partial
+views), which l2 would follow.
 
-    min_{H, D}  || M̃ − H D Hᵀ ||_1     s.t.  HᵀH = I_K,  D diagonal, D ≥ 0
-
-with M̃ the (optionally weighted, optionally degree-normalised) co-association matrix of the base
-clusterings and ||X||_1 = Σ_ij |X_ij|. The l1 loss absorbs entries of M̃ corrupted by an outlying
-clustering into the sparse error E = M̃ − H D Hᵀ instead of squaring them. When that pays
-(benchmarks/results/rcc_adversarial.md, tests/test_rcc.py): a column that labels every item
-among partial views (-1 for the items a view has no data for) carries, on each pair, the weight
-of every view silent on it — a gross error on a minority of entries, which l2 follows and rcc
-absorbs (one random column among six half-covering views: ACC 0.94 vs 0.70). When every column
-labels every item, adversarial columns corrupt M̃ densely and mildly and rcc gains nothing over
-l2; on partial views *without* an adversary l2 is the better of the two.
-
-ADMM (spec §3; the paper's Algorithm 1 with the two sign typos corrected, re-derived here). With
-the *scaled* multiplier Λ = Ω / μ the augmented Lagrangian is
-``||E||_1 + (μ/2) ||E − M̃ + H D Hᵀ + Λ||_F² + const`` and one iteration is
-
-1. E ← S_{1/μ}(M̃ − H D Hᵀ − Λ)                 (soft thresholding, S_t(x) = sign x · max(|x|−t, 0))
-2. B ← M̃ − E − Λ;  H, D ← top-K eigenpairs of B, D clipped at 0 (the exact Frobenius projection
-   onto {H D Hᵀ : HᵀH = I_K, D ≥ 0})
-3. R ← E − M̃ + H D Hᵀ;  Ω ← Ω + μ R;  μ ← min(ρ μ, μ_max)   ⇔   Λ ← (Λ + R) · μ_old / μ_new.
-
-Re-derivation of the signs: minimising over E, ``||E||_1 + (μ/2)||E − (M̃ − HDHᵀ − Λ)||²`` is the
-prox of the l1 norm at M̃ − HDHᵀ − Λ (the paper prints the negative); minimising over (H, D),
-``||HDHᵀ − (M̃ − E − Λ)||²`` projects M̃ − E − Λ (the paper prints + Λ); the multiplier ascends
-along the constraint E − M̃ + HDHᵀ. This agrees with spec §3, which we kept.
-
-Defaults (spec §3): E⁰ = 0, Λ⁰ = 0, (H⁰, D⁰) = the L2CC solution, ρ = 1.1, μ_max = 1e8,
-max_iter = 300; μ⁰ = 1 / max|M̃ − L⁰| (DEVIATION: the spec's 1.25 / ||M̃||_2 is ``mu="spectral"``;
-see the ``mu`` parameter for why); stop when ||R||_F ≤ tol ||M̃||_F and
-||Lᵗ − Lᵗ⁻¹||_F ≤ tol ||Lᵗ⁻¹||_F (L = H D Hᵀ) with tol = 1e-6.
-Labels: k-means on the row-normalised rows of H (spec §4), or the deterministic ``cluster_qr``
-rounding.
-
-Normalisation (spec §2, a PROPOSAL there): ``normalize=True`` fuses D_M^{-1/2} M̃ D_M^{-1/2},
-"l1" the form with equal l1 mass per cluster, and the default "auto" fits both and keeps the
-labels with the higher ANMI with the base clusterings (no ground truth). The default is chosen by
-the evidence (2026-11-25): over the eight Table 2 sets "auto"'s mean ACC is at or above l2's
-with both raw and standardised features (True alone falls below on raw ones; "l1" alone meets
-it but is the worst form on average on the literature's pools), and it is the best rcc form on those
-pools; it costs both fits (benchmarks/results/consensus_table2.md, rcc_pools.md,
-rcc_auto_nightly.md). ``normalize=True`` is the fast form, half the time; see ``normalize``.
-
-Cells (exact reduction). Items with identical label rows ("cells" of the meet of the base
-clusterings) have identical rows and columns in M̃, so M̃ = P M̃_g Pᵀ with P the n×g cell
-indicator, and every iterate keeps that form: E and Λ are element-wise functions of block-constant
-arrays, and an eigenvector of P B_g Pᵀ with non-zero eigenvalue is constant on cells,
-H = P C^{-1/2} V with V the eigenvectors of S = C^{1/2} B_g C^{1/2} (C = diag of cell sizes). The
-solver therefore runs on g×g arrays; the l1 objective and the Frobenius norms are sums weighted by
-c_a c_b. The iterates are those of the n×n algorithm to round-off (tested against a plain n×n
-implementation). g ≤ n; g = 3,049 of 5,000 on pool_mnist with 20 clusterings, g = 6 on iris.
-
-Numerics and memory. Four dense g×g float64 arrays are held during ``fit``: M̃, E, Λ and one work
-array W (holding L = HDHᵀ, then B, then S); for g ≤ 1,000 the dense eigensolver adds its own copy
-while it runs (tracemalloc, 2026-11-24: 5.3 g×g at g = 783, 4.1–4.4 above). g = 5,000 → 4 × 200 MB
-= 800 MB; g = 10,000 → 3.2 GB. Every update is done in place, row block by row block (blocks of ~2
-MB), so the temporaries are O(g) rows, not g×g. L is written from its factor one block pair at a
-time and mirrored, so L — and therefore E, Λ and B, which are element-wise functions of symmetric
-arrays — are exactly (bit-for-bit) symmetric; M̃ is symmetrised once at the start. Never forms the
-V connectivity matrices (M̃ comes from the incidence matrix, see ``co_association``).
-``embedding_`` (n×K) and the optional ``error_`` (n×n) are expanded from the cells at the end.
-
-Eigensolver per iteration (``eigen_solver``): "dense" = LAPACK ``eigh`` with ``subset_by_index``
-(O(n³) tridiagonalisation; fastest up to n ≈ 1,000–1,500); "subspace" = a block eigensolver
-whose basis (H plus guard vectors) is carried across ADMM iterations: Rayleigh–Ritz on the
-basis, then on [basis, its residual directions] until the top-K residual norms are below an
-adaptive tolerance (``_SubspaceTracker``; 1.5 n×n × n×(K+p) products' worth per ADMM iteration
-late in the ADMM, 3–6 early; LOBPCG if it needs more than 30);
-"lobpcg" = LOBPCG from the previous H plus random guard vectors, in short rounds until the top-K
-residuals are small (ARPACK from a random start if it does not converge); "arpack" = ``eigsh``
-with v0 from the previous H; "auto" = dense for n ≤ 1,000,
-"subspace" above. See benchmarks/results/rcc_scaling.md for the measured cost.
+The solver runs on the g×g matrices of the g ≤ n cells (items with identical label rows), an
+exact reduction. Memory: four dense g×g float64 arrays (M̃, E, Λ, one work array), plus the
+dense eigensolver's copy for g ≤ 1,000; g = 5,000 → 800 MB. Time per ADMM iteration: one top-K
+eigensolve (``eigen_solver``) and O(g²) element-wise work. Derivation, defaults, the choice of
+``normalize`` and measured costs: docs/algorithms/rcc.md.
 """
 
 from __future__ import annotations
@@ -176,7 +115,7 @@ def _top_eigenpairs(
     n = B.shape[0]
     # small n: LAPACK. ARPACK on a small matrix of lower rank than its Krylov space restarts
     # from a random vector drawn from its own process-wide seed, so two fits with the same
-    # random_state gave different eigenvectors (and label numbers, QA); LOBPCG needs n ≥ 5 k
+    # random_state would give different eigenvectors (and label numbers); LOBPCG needs n ≥ 5 k
     if solver == "dense" or k >= n - 1 or n < 6 * (k + 2):
         vals, vecs = sla.eigh(B, subset_by_index=(n - k, n - 1), driver="evr")
     elif solver == "lobpcg":
@@ -201,15 +140,13 @@ class _SubspaceTracker:
     pairs as the next X (B X is updated from B X and B P, no further product). Returns None when
     it has spent ``max_products`` full-width products without certifying them.
 
-    Why residual directions and not a power step X ← orth(B X), the tracker before 2026-11-25:
-    B = M̃ − E − Λ is indefinite, and early in the ADMM its most negative eigenvalues are ~3×
-    larger in magnitude than the K-th largest (the nightly's 5,000-advertiser views: λ_K ≈ 0.2,
-    λ_min ≈ −0.68), so power steps spend the block on the negative end: 20–30 products
-    n×n by n×(k+p) per ADMM iteration there. Rayleigh–Ritz over the residuals (a block Davidson /
-    LOBPCG step without its third block) takes the best combination instead, and the narrower
-    product B P is only as wide as the pairs still to certify: 2–4 full-width products' worth
-    per early ADMM iteration (``benchmarks/results/rcc_eigen_tolerance.md``). Cost per step:
-    O(n² u) for B P plus O(n (k+p+u)²) for the orthogonalisation and the Rayleigh–Ritz.
+    Residual directions rather than power steps X ← orth(B X): B = M̃ − E − Λ is indefinite, and
+    early in the ADMM its most negative eigenvalues can be larger in magnitude than the K-th
+    largest, so power steps would spend the block on the negative end; Rayleigh–Ritz over the
+    residuals (a block Davidson / LOBPCG step without its third block) takes the best combination,
+    and B P is only as wide as the pairs still to certify (docs/algorithms/rcc.md#eigensolver).
+    Cost per step: O(n² u) for B P plus O(n (k+p+u)²) for the orthogonalisation and the
+    Rayleigh–Ritz.
     Memory: four n × (k+p+u) blocks."""
 
     def __init__(self, start: np.ndarray, rng: np.random.RandomState):
@@ -295,21 +232,11 @@ class RCC(BaseFuser):
     Parameters
     ----------
     n_clusters : int, K, number of consensus clusters (1 ≤ K ≤ n_items).
-    normalize : bool, "l1" or "auto", default "auto". True fuses the normalised-cut form
-        D^{-1/2} M̃ D^{-1/2} (spec §2), False M̃ itself, "l1" the form d̄ D^{-1} M̃ D^{-1} (our
-        PROPOSAL; the mean degree d̄ puts it on the True form's scale, so that the absolute
-        μ_max means the same for both). Why: a cluster of s items is a block of s² entries ≈ 1
-        in M̃; its least-squares weight (eigenvalue) is ∝ s in M̃ and 1 in D^{-1/2} M̃ D^{-1/2},
-        but its l1 mass is ∝ s² and ∝ s respectively, so the l1 fit favours large clusters one
-        power of s more than L2CC does: it spends components splitting big clusters and merges
-        small ones (spec §2's unbalanced case; zoo in Table 2). D^{-1} M̃ D^{-1} gives every
-        cluster the same l1 mass. "auto" fits both True and "l1" (each exactly as alone, same
-        ``random_state``) and keeps the labels with the higher average NMI with the base
-        clusterings (``average_nmi``; ties keep True): a label-free choice between the two l1
-        fits, at the cost of both (about twice the time of True). Default "auto" (since
-        2026-11-25; True before): it fixes zoo's merged small classes where they hurt and keeps
-        the True form where it agrees better with the inputs; the evidence for each form is in
-        benchmarks/results/consensus_table2.md, rcc_pools.md and rcc_auto_nightly.md.
+    normalize : bool, "l1" or "auto", default "auto". True fuses D^{-1/2} M̃ D^{-1/2} (spec §2),
+        False M̃ itself, "l1" d̄ D^{-1} M̃ D^{-1}, which gives every cluster the same l1 mass (the
+        l1 fit otherwise favours large clusters). "auto" fits True and "l1" and keeps the labels
+        with the higher average NMI with the base clusterings (ties keep True), at about twice
+        the time of True. Derivation and evidence: docs/algorithms/rcc.md#normalize.
     weights : array-like (n_clusterings,) or None, per-clustering weights w_v ≥ 0 of M̃.
     assign_labels : {"kmeans", "cluster_qr"}, rounding of H to labels (spec §4).
     rho : float > 1, growth factor of the penalty μ.
@@ -324,7 +251,7 @@ class RCC(BaseFuser):
     mu_max : float, cap on μ.
     max_iter : int ≥ 1, ADMM iterations at most (a ConvergenceWarning is raised when reached).
     tol : float > 0, relative tolerance on the primal residual and on the change of H D Hᵀ.
-    eigen_solver : {"auto", "dense", "subspace", "lobpcg", "arpack"}, see the module docstring.
+    eigen_solver : {"auto", "dense", "subspace", "lobpcg", "arpack"}, see docs/algorithms/rcc.md.
         "arpack" is not reproducible within a process on a B of lower rank than its Krylov
         space (ARPACK restarts from a random vector of its own process-wide seed): use it to
         compare solvers, not in production; "auto" uses it only for the start, from a seeded

@@ -1,76 +1,16 @@
 """RCEC — Robust Convex Ensemble Clustering (Gao, Yamada, Kaski, Mamitsuka, Zhu, IJCAI 2016).
 
-The base clusterings are stacked into the binary incidence matrix L (n × K, one column per input
-cluster, K = Σ_m k_m). RCEC "cleans" it by solving the smoothed convex problem (spec §2.3)
+The base clusterings' binary incidence matrix L (n × K, one column per input cluster) is cleaned by
 
-    min_{X ≥ 0}  F(X) = ‖L − X‖_F² + λ·tr((XᵀX + γI_K)^{1/2}) + β·Σ_j ‖X_{·j}‖₂
+    min_{X ≥ 0}  ‖L − X‖_F² + λ·tr((XᵀX + γI_K)^{1/2}) + β·Σ_j ‖X_{·j}‖₂
 
-and then cuts the linear kernel X Xᵀ into ``n_clusters`` segments by normalised cut. The
-column-wise ℓ2,1 term drives whole input clusters to zero: those are the *anomalous* input
-clusters the method is built to remove, reported in ``suppressed_clusters_``. The smoothed
-nuclear term pulls X towards low rank (clusters consistent with many others survive better).
-
-Solvers (both minimise the same F, which is strictly convex, so both reach the one optimum):
-
-* ``solver="multiplicative"`` (default) — the paper's multiplicative update, Eq. 5 / spec §3.2,
-  with the spec's corrections: D = diag(1/(‖X_{·j}‖ + ς)) (not squared, typo T1), H⁻ is the
-  elementwise negative part of H = (XᵀX + γI)^{-1/2} (not an inverse, T3), and the monitored
-  objective includes the constant ‖L‖_F² (T4) and uses the trace form over K eigenvalues (T5).
-* ``solver="fista"`` — accelerated proximal gradient with adaptive restart on the same F
-  (spec §3.8; not in the paper): a gradient step on the smooth part with step 1/(2 + λ/√γ), then
-  the exact prox of β‖·‖_{2,1} + [X ≥ 0] column by column. It yields exact zero columns.
-
-How β works and its default (spec §2.5). With λ = 0 the solution is X_{·j} = max(0, 1 −
-β/(2√n_j))·L_{·j}: input cluster j (n_j members) is removed iff n_j ≤ β²/4; the nuclear term at the
-paper's λ = 0.1 moves this only slightly. So β has the scale of √(cluster size) and no single value
-suits every data set (the paper's β ∈ [10, 16] would erase ORL's clusters of 10). ``beta="auto"``
-(not from the paper) uses β = 2κ·√(median_j n_j) with κ = ``beta_scale`` (0.5): input clusters
-smaller than κ² = ¼ of the median input cluster are removed, larger ones are kept and shrunk. It
-looks at cluster sizes only, never at ground truth. β ≥ 2√(max_j n_j) makes X* = 0 (everything
-removed) and raises a ValueError.
-
-Which input clusters were suppressed is decided by the exact optimality condition of a zero
-column, not by a threshold on X (the multiplicative update only approaches zero slowly): column j
-is zero at the optimum iff ‖[2L_{·j} − λ(X H)_{·j} + λX_{·j}H_jj]₊‖₂ ≤ β, evaluated at the final
-iterate. With λ = 0 this is exactly n_j ≤ β²/4.
-
-Missing labels (-1) are supported: an item missing from a clustering has no entry in that
-clustering's columns of L (its row of L has fewer ones). The model needs nothing else; such an
-item's row of X is simply shrunk more. Items in no clustering, or whose every input cluster was
-removed, have a zero row in X*; they get a zero embedding row, share one segment, and a
-RuntimeWarning says how many there are.
-
-Cost, linear in n:
-
-* Items with identical label rows have identical rows in the optimum X* (the problem is invariant
-  under swapping them and X* is unique), so the solver works on the R ≤ n distinct label rows with
-  multiplicities w_r, in the scaled variable Z = diag(√w) X, where the weighted problem is exactly
-  the unweighted one with L̃ = diag(√w) L — the multiplicative ratio and the prox are unchanged, so
-  this is the same algorithm, not an approximation. (With ``init="random"`` the random start is
-  drawn per distinct row instead of per item; the optimum does not depend on the start.)
-* Per iteration: ZᵀZ (R K²), one symmetric eigenproblem of size min(R, K) (K×K, or the R×R Gram
-  matrix when R < K), and two R×K by K×K products: O(R K² + K³). Memory: a few R×K float64 arrays
-  (Z, numerator, denominator, L̃) plus K×K ones. No n×n array is ever formed. The eigenproblem
-  runs on one BLAS thread (see ``_eigh``); the products use the BLAS threads configured.
-  Measured (benchmarks/results/rcec_scaling.md): pool_usps, n = 11,000, 20 clusterings
-  (K = 1,098, R = 6,150), 28 iterations, ≈ 36 CPU-seconds, ≈ 400 MiB over the interpreter.
-* Normalised cut on W = X Xᵀ (diagonal included, as in the original Ncut code) through X: the degree
-  d = X (Xᵀ1), A = D^{-1/2} X, and the top ``n_clusters`` left singular vectors of A — the top
-  eigenvectors of D^{-1/2} W D^{-1/2} — from the K×K (or R×R) Gram matrix; then k-means on the
-  row-normalised embedding (default), Yu–Shi discretisation, or cluster-QR. O(R K² + n c).
-
-Deviations from the spec, and why:
-
-* §6 A5: the spec recommends Yu–Shi discretisation as the default; this module defaults to k-means
-  on the row-normalised embedding (the project-wide ``assign_labels``, as the other fusers) and
-  offers ``assign_labels="discretize"``.
-* §1.2 rejects missing labels ("the paper has no notion of them"); the model accommodates them
-  with no change (no entry in L), so they are accepted.
-* §2.5 suggests κ ≈ 0.5–0.8 for the β rule; the default κ = 0.5 is the conservative end (fewer
-  input clusters removed), chosen before benchmarking; benchmarks/results/rcec_paper.md records
-  NMI over the paper's whole β grid beside it.
-* The FISTA solver restarts its momentum when F increases (function-value restart, allowed by
-  §3.8) and stops when even a plain proximal step fails to decrease F (rounding level).
+(the ℓ2,1 term removes anomalous input clusters, reported in ``suppressed_clusters_``), and X Xᵀ
+is cut into ``n_clusters`` segments by normalised cut. Solvers: the paper's multiplicative update
+(default, with the spec's typo corrections) or FISTA; both reach the one optimum.
+``beta="auto"`` removes input clusters smaller than a quarter of the median one. Missing labels
+(-1) are supported. Cost, linear in n: O(R K² + K³) per iteration on the R ≤ n distinct label
+rows, memory a few R×K float64 arrays, no n×n array. Derivations, measured cost and deviations
+from the spec: docs/algorithms/rcec.md.
 """
 
 from __future__ import annotations

@@ -1,85 +1,17 @@
 """SCCBG (a.k.a. SPCC): self-paced consensus clustering on the instance–cluster bipartite graph.
 
-Zhou, Du, Li, *Self-paced Consensus Clustering with Bipartite Graph* (IJCAI 2020); the
-implementation follows ``shared/specs/sccbg.md`` (section numbers below refer to it).
+Zhou, Du, Li, IJCAI 2020; follows ``shared/specs/sccbg.md``. Learns a bipartite graph S and entry
+reliabilities W (n × k, k = Σ_b k_b input clusters) from the one-hot incidence Y of the base
+clusterings, with a self-paced λ doubling each outer iteration and ρ adapted until the graph has
+exactly c connected components, which are the labels. γ is picked from ``gamma_grid`` by the
+highest ANMI with the base clusterings (``gamma="auto"``); ``learn_weights=False`` is SCCBG-W.
+Missing labels (-1) are supported.
 
-Model (spec §2). Y (n × k, k = Σ_b k_b) is the one-hot instance–cluster incidence of the m base
-clusterings, C = YᵀY (k × k) the cluster co-membership counts. SCCBG learns a bipartite graph
-S ∈ [0,1]^{n×k} and entry reliabilities W ∈ [0,1]^{n×k} by minimising
-
-    ‖W⊙(S−Y)‖² − λ ΣW + γ Σ_i Σ_pq C_pq (S_ip − S_iq)² W_ip W_iq + ρ tr(Fᵀ L(S) F),  FᵀF = I,
-
-with λ doubling every outer iteration (self-paced "age"), ρ adapted until the graph
-[[0,S],[Sᵀ,0]] has exactly c connected components, and labels read off those components.
-
-Implementation choices (all exact reformulations unless marked *deviation*):
-
-* **Block coordinate descent over base clusterings.** Both row problems (W-step §3.1, S-step
-  §3.3) couple p and q only through C_pq, and C_pq = 0 for two clusters of the same base
-  clustering (they are disjoint). So all k_b coordinates of one base clustering are mutually
-  independent given the others: updating them at once is *exactly* the spec's cyclic coordinate
-  descent (same iterates as the ascending column order), but each update is one GEMM
-  (n × k times k × k_b) over all rows at once instead of k_b GEMVs. Per sweep O(n k²) flops.
-* **Spectral step through the k × k Gram matrix** Ŝᵀ Ŝ (Nie et al.'s device, spec §3.2): one GEMM
-  O(n k²) plus an O(k³) eigendecomposition; U = Ŝ V Σ⁻¹ for the top c+1 triplets. The paper's
-  "smallest singular values" is read as the largest (spec A1); F = [U; V]/√2 (A2).
-* **Duplicate rows are fused** (``compress=True``): items with identical label rows have identical
-  rows of Y, and every step of the algorithm is row-wise given the shared quantities (C, degrees
-  of the cluster nodes, V), so their rows of S and W stay identical for ever. We therefore run on
-  the u ≤ n distinct rows, weighting the column sums, C and the Gram matrix by multiplicities.
-  The result is identical to the uncompressed run (tested); it only saves time when rows repeat.
-* **W-step skip**: W ≡ 1 is a fixed point whenever λ ≥ 2·max A² + 2γ·max_p Σ_{q≠p} C_pq
-  (spec §2.4); then the W-step is skipped (it would return W unchanged).
-* Missing labels (-1) are supported: an item missing from clustering b has no edge to b's
-  clusters (its row of Y has no one in block b). Within-block entries of C stay zero, so every
-  equation of the spec holds unchanged; an item missing everywhere is an isolated instance.
-* Label extraction (§3.6): components of {S > edge_tol} with ``scipy.sparse.csgraph``; isolated
-  instances attached by co-association; K > c merged greedily by average co-association; K < c
-  k-means on the row-normalised spectral embedding. ``labels_path_`` says which path was used.
-* γ (the paper tunes it on the ground truth): ``gamma="auto"`` picks, from ``gamma_grid``, the γ
-  whose consensus has the highest average NMI with the base clusterings (ANMI, Strehl & Ghosh
-  2002) — a label-free rule; a run that needed a label fallback loses only a tie, and remaining
-  ties go to the smaller γ. (An earlier rule ranked fallback-free runs first; over the paper's six
-  sets it averaged 0.653 ACC against 0.667 for ANMI first, and it picked degenerate runs — one
-  giant segment — on tr41 and on the sample marketplace: benchmarks/results/sccbg_paper.md.)
-  The default is the spec's literal γ = 1e-4.
-* SCCBG-W (the ablation) is ``learn_weights=False``: W ≡ 1 fixed.
-* Solver speed-ups that do not change the solution: rows are independent problems, so each row
-  of the W- and S-steps stops on its own tolerance and later sweeps skip finished rows; rows
-  that provably end at W_i ≡ 1 skip the W-step; the (convex) S-step is over-relaxed (projected
-  SOR; ω = 1 is the spec's plain CD) with ω from Young's formula ω = 2 / (1 + √(1 − ρ_J²)),
-  ρ_J the spectral radius of the Jacobi iteration of the W ≡ 1 S-step, 4γ D^{-1/2} C D^{-1/2}
-  with D = 2 + 4γ C1 (``relaxation="auto"``): ρ_J grows with γ·(cluster sizes), so weak coupling
-  gets ω ≈ 1 and strong coupling ω → 2. (A fixed ω = 1.4, the earlier default, doubled the
-  sweeps on pool_usps at γ = 1e-4, where ρ_J = 0.43 and ω* = 1.05.) The first S-sweeps of each
-  solve run in float32 until every row moves < 1e-4, the rest in float64 to ``inner_tol``
-  (``mixed_precision``): the float64 sweeps decide convergence, so the stopping rule and the
-  minimiser are unchanged. Where ``max_sweeps`` cuts an S-solve short (γ ≥ 0.1 on the paper's
-  data), ω and the precision change the iterates.
-* Behaviour the spec predicts and we see: λ doubles without bound, so W returns to 1 once the
-  self-paced phase is over; the final ``edge_weights_`` is then all ones and the entries that
-  were judged unreliable are visible in ``min_edge_weights_`` (lowest W reached). For small γ
-  (2γ·m·max|π| < λ₀) W ≡ 1 throughout and SCCBG equals SCCBG-W exactly (spec A18).
-* Known limitation (QA, 2026-11-24): the result is not exactly equivariant to reordering items
-  or columns. While the bipartite graph has c + 1 or more connected components, σ = 1 is a
-  repeated singular value and the spectral step's top c vectors are one arbitrary choice
-  inside that eigenspace; rounding, which depends on the order, picks it, and H and the ρ
-  adaptation follow (on a 30-item case with 15 % missing labels, reversing the item order gave
-  ARI 0.48 between the two results). The result is deterministic for a given input order, and
-  the pipeline reads advertisers ordered by id (QA, 2026-11-24: at exactly c + 1 components
-  too, reordering the columns of a random 80 × 8 case gave ARI 0.30). rcc, l2, lta (frontal)
-  and rcec fuse into matrices that are exactly equivariant; only their seeded k-means rounding
-  can reach another local optimum when the items are reordered, on weakly structured input
-  (random labels: ARI 0.61–0.94 between orders); ``assign_labels="cluster_qr"`` is exactly
-  equivariant. Nor is it only missing labels or c + 1 components (QA, 2026-11-24): on 300
-  points of ``make_blobs(centers=6, cluster_std=6)``, 12 k-means clusterings of k = 10 with no
-  missing label, c = 6 components found, three random item orders gave ARI 0.19–0.41 with the
-  first order's result (0.25–0.43 against the blobs, 0.36 for the first order): on weakly
-  structured input the S-updates' sweeps and the rounding reach other local optima.
-
-Cost: time O(n_iter · (T_W + T_S + 1) · u k²) with T_W, T_S the inner sweeps (typically a handful);
-memory about 8 dense u × k float64 arrays plus k × k — **no n × n array anywhere** — plus the two
-n × k outputs ``graph_`` and ``edge_weights_``. Linear in n at fixed k.
+The result is deterministic for a given item order but not exactly equivariant to reordering
+items or columns: on weakly structured input, or while the graph has c + 1 or more components,
+other orders can reach other local optima. Cost: O(n_iter · (T_W + T_S + 1) · u k²) time on the
+u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array. Implementation
+choices and measurements: docs/algorithms/sccbg.md.
 """
 
 from __future__ import annotations

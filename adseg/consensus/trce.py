@@ -1,56 +1,15 @@
 """TRCE — Tri-level Robust Clustering Ensemble with multiple graph learning (seed 000).
 
-P. Zhou, L. Du, Y.-D. Shen, X. Li, AAAI 2021; implementation-grade reading in
-``shared/specs/trce.md`` (section numbers below refer to it).
+P. Zhou, L. Du, Y.-D. Shen, X. Li, AAAI 2021; follows ``shared/specs/trce.md``. Learns a consensus
+transition matrix A, a noise E, instance weights w and clustering weights α by block coordinate
+descent, every block in closed form or by an exact vectorised routine (the paper's three typos
+corrected); the graph of A is pushed to exactly c connected components, which are the clusters.
+Missing labels (-1) become singleton clusters in their clustering. ``on_mismatch="repair"``
+(default) forces exactly ``n_clusters`` clusters when the components do not match.
 
-Model (spec §2). Each base clustering k gives a transition matrix A^(k) (A^(k)_ij = 1/s_k(i) when i
-and j share a cluster of size s_k(i), else 0). TRCE learns a clean consensus transition matrix A
-(rows on the simplex), a zero-row-sum noise E (B = A + E is the "noisy consensus"), instance
-weights w ∈ [0, 1]^n (self-paced: small = hard instance) and clustering weights α (Σ 1/α_k = 1;
-large = reliable clustering) by minimising
-
-    Σ_k α_k Σ_i w_i² KL(A^(k)_i ‖ B_i) + λ‖E‖²_F − γ Σ_i w_i + 2ρ tr(Fᵀ L_A F),   FᵀF = I_c,
-
-where the Ky-Fan term (ρ adapted during the run) pushes the graph of A to have exactly c connected
-components, which are the output clusters (no k-means post-processing).
-
-Every block is solved in closed form or by an exact vectorised routine, over all rows at once:
-
-* w-step (§3.1): w_i = min(γ / 2b_i, 1).
-* B-step (§3.2): B_ij = H_ij / (ρG_ij + θ_i) on the support of the base clusterings, θ_i the root of
-  Σ_j B_ij = 1 found by safeguarded Newton inside the guaranteed bracket
-  [max(H_ii, h_i − ρ g_i), h_i], all rows at once (no per-row scalar solver).
-* A-step (§3.3): row-wise Euclidean projection of B − (ρ / 2λ) G onto the simplex (Michelot's
-  algorithm, vectorised over rows; exact, finite).
-* F-step (§3.5): the c + 1 smallest eigenpairs of L (LAPACK subset solver, or ARPACK shift-invert on
-  the sparse Laplacian for large n); components are counted on the graph (scipy.sparse.csgraph).
-* α-step (§3.6): α_k = Σ_l √o_l / √o_k.
-
-The three typos of the paper are corrected as the spec says (T1: λ‖E‖², not γ; T2: ρG/(2λ) in the
-A-step; T3: o_k divides by B = A + E). The KL terms are computed from the labels by one product
-log(B) · Y (Y the one-hot incidence), never from an n×n×m array.
-
-Missing labels (-1): the model has no notion of them (spec §1.1): A^(k) must be row-stochastic for
-every item, and an item absent from clustering k has no row there. A principled extension
-(dropping item i's term from clustering k, i.e. a per-(i, k) mask in both the KL and α) would
-change the α-step's meaning (o_k would sum over different item sets). So, to keep the fusers'
-contract (-1 = missing, DESIGN §3), each -1 becomes a singleton cluster of its own in that
-clustering (:func:`~adseg.consensus._base.missing_as_singletons`): the item is alone there, which
-the model reads as "linked to nobody" in that clustering.
-
-When the learned graph does not end with exactly ``n_clusters`` components (spec §3.9),
-``on_mismatch`` decides; the default ``"repair"`` first runs more iterations with γ frozen (only
-the ρ rule acts), then forces exactly ``n_clusters`` clusters, so a nightly job always gets the
-number of segments it asked for. DEVIATION: spec §3.9–3.10 recommends ``"return"`` (the
-components as they are, the paper's behaviour), which is kept as an option; a segmentation with
-another number of segments than asked would break the nightly's comparison of sources at one K.
-``labels_path_`` records which path produced the labels.
-
-Cost per iteration: O(n² (Σ_k c_k + c)) time (two n×n×Σc_k products, O(n²) vectorised Newton and
-projection passes) plus the eigensolver (dense subset solver O(n³), fast in practice for
-n ≲ 5000). Memory: about seven dense float64 n×n arrays at once (M/H, G, B, log B, A, L and a
-temporary) and up to 10 at the peak with the eigensolver's copies (tracemalloc, 2026-11-24:
-8.5–10.1 at n = 500–2,000): n = 2,340 → 0.4 GB; n = 10,000 → 8 GB.
+Cost per iteration: O(n² (Σ_k c_k + c)) time plus the eigensolver (dense, O(n³)). Memory: about
+seven dense float64 n×n arrays, up to 10 at the peak: n = 2,340 → 0.4 GB; n = 10,000 → 8 GB.
+Details: docs/algorithms/trce.md.
 """
 
 from __future__ import annotations
