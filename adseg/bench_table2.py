@@ -73,8 +73,8 @@ def default_methods() -> dict[str, FuserFactory]:
     """The fusers of the table: KC, l2 and rcc at their defaults (l2: the normalised
     co-association; rcc: ``normalize="auto"``, which fits its normalised and its equal-l1-mass
     forms and keeps the one with the higher ANMI), the unnormalised forms (the paper's Eq. 10 M̃)
-    as the evidence for normalising, and rcc's two forms alone: ``normalize=True`` (the default
-    before 2026-11-25) and the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``)."""
+    as the evidence for normalising, and rcc's two forms alone: ``normalize=True`` (the fast
+    form) and the equal-l1-mass form D^-1 M̃ D^-1 (``normalize="l1"``)."""
     return {
         "KC": lambda k, s: KC(k, random_state=s),
         "l2": lambda k, s: L2CC(k, random_state=s),
@@ -236,8 +236,8 @@ def format_table2(
 ) -> str:
     """Markdown table: one row per (dataset, preprocessing), ACC mean ± std per method, the paper's
     k-means / KC / L2CC / RCC beside them, and a final row with the mean ACC over the sets (one
-    per preprocessing when the frame has several: a mean over raw and standardised rows together
-    counted each set twice, QA)."""
+    per preprocessing when the frame has several, since a mean over raw and standardised rows
+    together would count each set twice)."""
     summ = summarize_table2(frame)
     if methods is None:
         methods = list(dict.fromkeys(summ["method"]))

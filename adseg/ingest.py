@@ -417,8 +417,8 @@ def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
     """The file's records (header first) as text columns, or None when Arrow refuses it: a record
     wider or narrower than the first, invalid UTF-8, no data, a field over its block size, or
     anything else it raises. Arrow keeps a blank-looking record that pandas skips (a line of
-    spaces) only in a one-column file, which is refused here too. On the demo's 307,000 auction
-    rows: 0.2 s against pandas' 0.8 s plus 0.35 s for the second pass (2026-11-24)."""
+    spaces) only in a one-column file, which is refused here too. About 4× faster than pandas'
+    reader plus the second pass (docs/algorithms/ingest.md)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -497,7 +497,7 @@ def _read_csv_pandas(path: Path) -> pd.DataFrame:
     # pandas pads a short row with empty fields, so a short row ends in one: only a file with a
     # row ending in an empty field needs the second, streaming pass that tells a missing field
     # from an empty one (an auctions file always does: lost auctions have no paid price; about
-    # 0.35 CPU s per 300,000 rows, benchmarks/results/ingest_throughput.md)
+    # 0.35 CPU s per 300,000 rows, docs/algorithms/ingest.md)
     if len(cells) > 1 and (cells.iloc[1:, -1] == "").any():
         if problems := _rows_of_wrong_width(path):
             raise IngestError(problems)

@@ -127,7 +127,7 @@ def ks_statistic_matrix(
         Equal to ``scipy.stats.ks_2samp(samples[i], samples[j]).statistic`` for every pair.
 
     Cost: "points" n · Σ_i |U_i| element operations (|U_i| = distinct values of sample i);
-    "grid" n² G / 2. Memory: see the module docstring.
+    "grid" n² G / 2. Memory: see the module docstring and docs/algorithms/ks.md.
     """
     data = _Pooled.from_samples(samples, on_empty=on_empty)
     _check_positive(memory_mb, "memory_mb")
@@ -245,9 +245,8 @@ def _ks_points_screened(data: _Pooled, memory_mb: float, chunk: int) -> np.ndarr
 
 _TABLE_ENTRIES_MAX = 4_000_000
 """Entries of one block's e.c.d.f. table at most (32 MB in float64), whatever ``memory_mb``
-allows: larger tables made the per-point gathers miss the cache. Measured 2026-11-24 on 2,000
-unrounded samples of 100–1,000 prices: 14.0 / 8.8 / 7.6 / 8.0 s at 0.25 / 1 / 4 / 16 M entries
-(before blocks were sized per block: 18.9 s)."""
+allows: larger tables make the per-point gathers miss the cache (timings by table size:
+docs/algorithms/ks.md)."""
 
 
 def _ks_points(

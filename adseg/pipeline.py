@@ -75,8 +75,8 @@ SLOW_FIRST = ("lta", "rcc", "trce", "sccbg", "rcec", "l2")
 
 DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000}
 """Above this many advertisers the *default* fuser set leaves these fusers out: their cost grows
-about with the cube of n (benchmarks/results/nightly_5000.md: at 5,000 advertisers trce took
-268 s and lta had not finished after 31 CPU minutes, against 4.2 s and 38 s at 1,268). Naming
+about with the cube of n, from seconds at 1,268 advertisers to minutes or more at 5,000
+(timings: docs/algorithms/pipeline.md). Naming
 them (``--fuser lta``) runs them at any size; the primary fuser is never left out."""
 
 Progress = Callable[[str], None]
@@ -166,7 +166,7 @@ class NightlyConfig:
                 )
         names = [canonical_name(name) for name in names]
         idle = [f for f in self.fuser_options if f not in names]
-        if idle:  # a forgotten --fuser: options that change nothing must not pass in silence (QA)
+        if idle:  # a forgotten --fuser: options that change nothing must not pass in silence
             raise ValueError(
                 f"--fuser-option for {', '.join(idle)}, which this command does not run "
                 f"(it runs {', '.join(names)}): name it with --fuser too."
@@ -465,7 +465,7 @@ def fuse(
             if name == primary:
                 if type(exc) is ValueError:
                     # the fuser's own words name none of the run ("n_clusters must be smaller
-                    # than n_items=4 for TRCE"): say which fuser, and its terms here (QA)
+                    # than n_items=4 for TRCE"): say which fuser, and its terms here
                     raise ValueError(
                         f"primary fuser {name} ({n_segments} segments asked of "
                         f"{labels.shape[0]} advertisers): {exc}"
@@ -800,7 +800,7 @@ def _locked_run(
         if orphans := store.fail_orphaned_runs(engine, exclude=run_id):
             log.warning("marked failed the runs no process finishes: %s", orphans)
         # one BLAS thread by default: on a shared machine, multi-threaded BLAS spin-waits and the
-        # dense eigensolvers ran 20× slower under load (measured; see benchmarks/README.md)
+        # dense eigensolvers run up to 20× slower under load (docs/algorithms/pipeline.md)
         with threadpool_limits(limits=config.blas_threads):
             yield run_id
     except BaseException as exc:
@@ -905,7 +905,7 @@ def _timed(timings: dict, stage: str, progress: Progress | None):
     try:
         yield
     except (KeyboardInterrupt, Terminated) as exc:
-        # a stop's text says nothing of where it landed: the run's row names the stage (QA)
+        # a stop's text says nothing of where it landed: the run's row names the stage
         if not hasattr(exc, "stage"):
             exc.stage = stage
         raise
@@ -1229,8 +1229,8 @@ def _nightly_lock(engine: Engine):
         if holder is not None:
             # what the block did is committed: a lock that cannot be released now (SQLite's
             # write lock held by another process beyond the busy timeout) must not turn that
-            # into an error; this host's next run takes it over (QA: `db prune` exited 75,
-            # 'retry', after its deletion had committed)
+            # into an error (e.g. `db prune` exiting 75, 'retry', after its deletion committed);
+            # this host's next run takes it over
             _cleanup(
                 "release the nightly lock (this host's next run takes it over)",
                 lambda: store.release_lock(engine, "nightly", holder),
@@ -1439,8 +1439,8 @@ def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):
     """Regenerate, forecast and score every stored segmentation of a run (replacing results).
 
     Only the run's own advertisers (those its segmentations cover) are forecast: one ingested
-    since the run was made used to be scored under every source as "in no segment", so the
-    MAPEs moved and the report counted more advertisers than the run had segmented. Such
+    since the run was made would be scored under every source as "in no segment", so the MAPEs
+    would move and the report count more advertisers than the run segmented. Such
     advertisers are left out with a warning."""
 
     def work(run):
@@ -1496,8 +1496,8 @@ def _in_source_order(frame: pd.DataFrame, run: dict) -> pd.DataFrame:
 def load_report_data(engine: Engine, run_id: int):
     """Everything a report of run ``run_id`` shows, read back from the store. Only completed runs
     are reported (a running or failed run has no visible results)."""
-    # one snapshot: read table by table, a report raced by `db prune` showed the run as
-    # completed with no results, and one raced by `forecast --run` could mix old and new (QA)
+    # one snapshot: read table by table, a report raced by `db prune` could show the run as
+    # completed with no results, and one raced by `forecast --run` could mix old and new
     with reads.snapshot(engine) as conn:
         return _report_data(conn, run_id)
 

@@ -473,7 +473,8 @@ def _png(fig) -> str:
 
 
 def _cdf_plot_note(data: ReportData, source: str, max_segments: int) -> str:
-    """What the c.d.f. plot shows: it said "the 12 largest segments" of a source with 5 (QA)."""
+    """What the c.d.f. plot shows, counting the segments the source has (a source with 5 segments
+    shows 5, not "the 12 largest")."""
     n = data.segment_cdfs.loc[data.segment_cdfs["source"] == source, "segment"].nunique()
     if n == 0:
         return ""
@@ -664,7 +665,7 @@ def render_html(data: ReportData, *, max_segments: int = 12, n_worst: int = 20) 
         '<p class="note">The paper\'s numbers (Tables 6–7; 1,268 advertisers, one week), '
         "for orientation only — a different marketplace:</p>"
     )
-    # display names, as the run's own tables have (it showed impressions_mape, QA)
+    # display names, as the run's own tables have (not the column name impressions_mape)
     shown = {"impressions_mape": "impressions MAPE", "spend_mape": "spend MAPE"}
     paper = PAPER_MAPE.rename(columns=shown)
     parts.append(_table(paper, dict.fromkeys(shown.values(), "pct")))

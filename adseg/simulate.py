@@ -596,7 +596,7 @@ def _text(
 
 
 def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace:
-    """Simulate a marketplace (see the module docstring for the model).
+    """Simulate a marketplace (see docs/algorithms/simulator.md for the model).
 
     Parameters
     ----------

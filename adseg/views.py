@@ -82,7 +82,7 @@ class ViewConfig:
         distributions) be one cluster; a graph in which every pair is linked is one cluster
         whatever k_min is.
     k_selection : "bethe_hessian" (default), "eigengap" or "modularity" (see
-        NormalizedCutClustering and the module docstring).
+        NormalizedCutClustering and docs/algorithms/ks.md).
     assign_method : "kmeans" or "cluster_qr" (see adseg.consensus.assign_labels).
     n_init : k-means restarts (spectral discretisation and text).
     text_ks : cluster counts of the text view; empty = no text view.
@@ -92,8 +92,8 @@ class ViewConfig:
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
     blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
         the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS
-        spin-waits in the partial eigendecompositions and k-means and the views took 93.5 s
-        instead of 6.7 s for 1,268 advertisers (benchmarks/results/ks_timing.md).
+        spin-waits in the partial eigendecompositions and k-means, about 14× slower at 1,268
+        advertisers (docs/algorithms/ks.md).
     """
 
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
@@ -146,7 +146,7 @@ class ViewConfig:
 
 def _sequence(name: str, value) -> tuple:
     """A config field that lists values (``alphas=(0.05,)``), as a tuple; a TypeError naming
-    the field for a single value or a string ('float' object is not iterable, QA)."""
+    the field for a single value or a string (rather than "'float' object is not iterable")."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be a list of values, e.g. ({value!r},); got {value!r}.")
     return tuple(value)
@@ -219,9 +219,9 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     Lanczos above (on a sparse N when at most SPARSE_MAX_DENSITY of the pairs are linked), plus
     the Bethe Hessian's O(n³/3) LDLᵀ. Memory besides the caller's affinity (read, not copied):
     about 3 n×n float64 arrays at peak up to n = 2,000 — the normalised copy, the Bethe Hessian
-    factorised in place, the eigensolver's work copy (tracemalloc, 2026-11-24: 3.0 at n = 2,000);
-    above, with a sparse N, one n×n (the Bethe Hessian) and two CSR copies of the graph (12 bytes
-    per link each; tracemalloc, 2026-11-25: 1.14 n×n in all at n = 2,500, 8 % linked) — and one
+    factorised in place, the eigensolver's work copy; above, with a sparse N, one n×n (the Bethe
+    Hessian) and two CSR copies of the graph (12 bytes per link each; about 1.14 n×n in all at
+    8 % of pairs linked) — and one
     n×n more, the linked nodes' subgraph, when some nodes are isolated.
     """
 
@@ -385,7 +385,7 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     (self-loops of A ignored), r = sqrt(<d²>/<d> − 1): the estimate of the number of communities of
     Saade, Krzakala & Zdeborová (NeurIPS 2014), degree-corrected choice of r. Counted by Sylvester
     inertia of an LDLᵀ factorisation (O(n³/3), LAPACK's blocked code: about 5 s at n = 8,000
-    on one core, benchmarks/results/bethe_hessian_lwork.md), not by an eigendecomposition.
+    on one core, docs/algorithms/ks.md), not by an eigendecomposition.
     Memory: one n×n array (H, factorised in place by LAPACK's dsytrf; scipy.linalg.ldl would add
     a dense n×n D and copies: 4 n×n arrays measured) plus dsytrf's workspace of 64 n floats. A
     graph without edges has n communities."""
@@ -397,7 +397,7 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     # place (no copy); D of H = L D Lᵀ sits on the diagonal and, for 2×2 blocks, the subdiagonal.
     # The wrapper's default workspace (n) makes dsytrf fall back to its unblocked, matrix-vector
     # code: the queried size (block size × n) runs it on matrix products, 10× faster at n = 4,000
-    # (benchmarks/results/bethe_hessian_lwork.md)
+    # (docs/algorithms/ks.md)
     lwork, info = scipy.linalg.lapack.dsytrf_lwork(n, lower=1)
     if info != 0:  # pragma: no cover - an argument error, not a property of the graph
         raise RuntimeError(f"LAPACK dsytrf workspace query: info = {info}")
@@ -506,7 +506,7 @@ def ks_view(
     t0 = time.perf_counter()
     dist = ks_distance_matrix([samples[i] for i in keep], memory_mb=config.ks_memory_mb)
     ks_seconds = time.perf_counter() - t0
-    # a job log otherwise heard nothing for minutes at 10,000 advertisers (QA)
+    # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
     labels = np.full((n, len(config.alphas)), -1, dtype=np.int64)
     rows = []

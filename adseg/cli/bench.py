@@ -62,7 +62,8 @@ def bench_consensus(
         )
     if unknown := [p for p in preprocessing or [] if p not in PREPROCESSING]:
         raise CliError(f"--preprocessing must be raw or standardized; got {unknown[0]!r}")
-    # every check before the first fit: a bad name after a good one failed minutes in (QA)
+    # every check before the first fit, so that a bad name after a good one fails at once, not
+    # minutes in
     for option, values in (
         ("--dataset", dataset),
         ("--method", method),

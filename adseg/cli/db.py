@@ -93,8 +93,8 @@ def db_current(
 
     url = database_url(database_url_)
     engine = _engine(url, writes=False)
-    # not check_known: a revision this adseg does not know is what this command is asked for
-    # (it refused to print it)
+    # not check_known: a revision this adseg does not know is what this command is asked for,
+    # so it must print it, not refuse
     current = migrate.current_revision(engine)
     head = migrate.head_revision()
     if quiet:  # for scripts: `test "$(adseg db current -q)" = "$EXPECTED"`

@@ -231,7 +231,7 @@ def _database_failure(exc) -> tuple[str, int]:
     if reason.startswith(_UNREACHABLE):
         if "FATAL:" in reason:  # the server answered and refused the session
             return message + _REFUSED, EXIT_BAD_INPUT
-        if any(words in reason for words in _SECURITY_MISMATCH):  # retrying would loop (QA)
+        if any(words in reason for words in _SECURITY_MISMATCH):  # retrying would loop
             return (
                 message + " (the server cannot meet the URL's sslmode / channel_binding / "
                 "certificate options: check the query options of the database URL)",

@@ -70,7 +70,7 @@ def _print_ingested(directory: Path, summary, read_seconds: float) -> None:
         table.add_row(t.table, *(f"{c:,}" for c in counts))
     out.print(table)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else float("inf")
-    # both parts: the write's rate alone read as the command's (QA: 37.5 s of 48 s)
+    # both parts: the write's rate alone would read as the whole command's
     out.print(
         f"{_counted(summary.rows, 'row')} read and validated in {read_seconds:.2f} s, written in "
         f"{summary.seconds:.2f} s ({rate:,.0f} rows/s)"

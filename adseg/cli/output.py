@@ -106,7 +106,7 @@ def _check_output(path: Path | None, option: str) -> None:
         return
     if path.exists() and not os.access(path, os.W_OK):  # a link: its target's permissions
         # the report is renamed over a regular file, which only its folder's permissions allow:
-        # without this a 0444 file, or another user's, was silently replaced (QA)
+        # without this check a 0444 file, or another user's, would be silently replaced
         raise CliError(f"{option} {path}: no permission to write it")
     if path.exists() and not path.is_file():  # a FIFO, a device: written in place
         return

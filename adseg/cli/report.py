@@ -78,8 +78,8 @@ def _render_report(engine, run_id: int, fmt: str, *, warn: bool = False) -> str:
 
 def _warn_unscored(run_id: int, data) -> None:
     """Say (a warning: even with --quiet) that the report of ``data`` (a ReportData) lacks
-    sources, and what scores them: after `adseg segment`, or for a `views` run, a report that
-    looked complete had none of the remade sources, or nothing at all (QA)."""
+    sources, and what scores them: after `adseg segment`, or for a `views` run, a report can look
+    complete with none of the remade sources, or nothing at all."""
     unscored, scored = data.unscored_sources(), len(data.mape) > 0
     if scored and not unscored:
         return
@@ -128,7 +128,7 @@ def runs(
     columns = ["run", "kind", "status", "started (UTC)", "finished", "error"]
     for col in columns + ["fusers"] * any(notes):  # the column only when a run has something
         # an error is shown whole, folded over lines: its end says what to do ("ask for at
-        # most 291"), and this is where jobs/README sends an operator for it (QA)
+        # most 291"), and this is where jobs/README sends an operator for it
         table.add_column(col, overflow="fold" if col == "error" else "ellipsis")
     for row, note in zip(frame.itertuples(index=False), notes, strict=True):
         cells = [

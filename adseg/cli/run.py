@@ -345,8 +345,8 @@ def _print_mape_tables(
                 "to forecast supply from: left out of these MAPEs",
                 markup=False,
             )
-        # a zero actual has no percentage error: MAPE averages the others (QA: the table
-        # counted them among its advertisers without a word)
+        # a zero actual has no percentage error: MAPE averages the others, and the table says
+        # how many it left out rather than count them among its advertisers
         zero = {
             what: int(sub[f"n_zero_{what}"].max())
             for what in ("impressions", "spend")
@@ -427,8 +427,8 @@ def _print_frame(
     """A frame as a terminal table: numbers right-aligned, ``percent`` columns as percentages
     (shares in [0, 1], as the paper's Table 5 prints them), other floats to 4 significant digits.
     An empty frame with ``empty`` given is one line, the title's label (before its colon) then
-    ``empty`` ("Table 4: no KS view was built …"), not headers over nothing (`views` without its
-    KS views printed those: QA)."""
+    ``empty`` ("Table 4: no KS view was built …"), not headers over nothing (as `views` without
+    its KS views would print)."""
     import pandas as pd
 
     if empty is not None and not len(frame):

@@ -85,7 +85,7 @@ def sample_generate(
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
     if segments is not None and advertisers >= 1 and segments > advertisers:
-        # config.json would record segments no advertiser could be drawn into (QA)
+        # config.json would record segments no advertiser could be drawn into
         raise CliError(f"--segments must be ≤ --advertisers ({advertisers}); got {segments}.")
     if not force and out_dir.is_dir() and (found := sorted(p.name for p in out_dir.iterdir())):
         # an inbox named by mistake would have its data replaced by simulated data, and files

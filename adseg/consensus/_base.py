@@ -157,8 +157,9 @@ def check_distinct_rows(labels: np.ndarray, n_clusters: int, weights=None) -> No
     """Refuse ``n_clusters`` above the number g of groups :func:`count_label_groups` finds.
 
     Items with identical rows are indistinguishable to every fuser, so a K above g could only be
-    reached by splitting such items at random; the fusers used to differ there (some split by
-    round-off, sccbg raised, rcec returned fewer clusters). Cost O(n m log n), one row sort.
+    reached by splitting such items at random, and the fusers would each do something different
+    there (some split by round-off, sccbg raises, rcec returns fewer clusters). Cost O(n m log n),
+    one row sort.
     """
     if n_clusters <= 1:
         return
@@ -176,11 +177,11 @@ def count_label_groups(labels: np.ndarray, weights=None) -> tuple[int, str]:
     nothing was), to append to a message.
 
     A clustering of weight 0 (a fuser's ``weights``) tells no items apart, so it is left out of
-    the rows: counted, it let rcc and l2 split items identical in every weighted clustering by
-    the random start, and kc return fewer clusters than asked. An item labelled in no weighted
-    clustering carries no evidence at all, so it is no group of its own either: counted, it let
-    K exceed the groups the clusterings show, and rcc, l2 and trce then split a group of
-    identical items while rcec and lta made the unlabelled items a cluster (QA).
+    the rows: counted, it would let rcc and l2 split items identical in every weighted clustering
+    by the random start, and kc return fewer clusters than asked. An item labelled in no weighted
+    clustering carries no evidence at all, so it is no group of its own either: counted, it would
+    let K exceed the groups the clusterings show, and rcc, l2 and trce would then split a group
+    of identical items while rcec and lta would make the unlabelled items a cluster.
     Cost O(n m log n), one row sort."""
     notes = []
     if weights is not None:
@@ -200,8 +201,8 @@ def average_linkage_cut(distances: np.ndarray, n_clusters: int) -> np.ndarray:
     """Average-linkage (UPGMA) tree on condensed ``distances`` (the n(n−1)/2 of scipy's
     squareform), cut into exactly ``n_clusters`` clusters; labels (n,) int64 in 0..K−1.
     scipy's ``cut_tree`` cuts after n − K merges, so tied merge heights cannot make it skip
-    past K, as ``fcluster(criterion="maxclust")`` did (LTA's "ea" gave 1 cluster for 2 asked
-    on four tied groups, QA). O(n²) time, the tree O(n) memory beside the input."""
+    past K, as ``fcluster(criterion="maxclust")`` can (on four tied groups it gives 1 cluster
+    for 2 asked). O(n²) time, the tree O(n) memory beside the input."""
     from scipy.cluster.hierarchy import cut_tree, linkage
 
     if len(distances) == 0:  # one item, no pair: scipy cannot tell n from an empty input

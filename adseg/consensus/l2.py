@@ -55,9 +55,9 @@ class L2CC(BaseFuser):
     ----------
     n_clusters : int, K, the number of consensus clusters (1 ≤ K ≤ n_items).
     normalize : bool, default True. Use the normalised-cut form D^{-1/2} M̃ D^{-1/2} (D = diag of
-        the row sums of M̃) instead of M̃ itself; see spec rcc.md §2 and the evidence in
-        benchmarks/results/consensus_table2.md for the choice of default (the same default as RCC,
-        so that ``l2`` is RCC's exact least-squares counterpart).
+        the row sums of M̃) instead of M̃ itself; see spec rcc.md §2, and docs/algorithms/rcc.md for
+        the evidence (the same form as RCC's ``normalize=True``, so that ``l2`` is its exact
+        least-squares counterpart).
     weights : array-like of shape (n_clusterings,) or None. Non-negative per-clustering weights of
         the weighted co-association (None = equal weights).
     assign_labels : {"kmeans", "cluster_qr"}, how rows of H become labels (k-means on the
@@ -74,8 +74,8 @@ class L2CC(BaseFuser):
 
     Cost: O(n² m̄) to build M̃ plus a partial symmetric eigensolver (LAPACK subset for n ≤ 2,000,
     Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n) and, for n ≤ 2,000, LAPACK's
-    work copy of it (tracemalloc, 2026-11-24: 2.0 n×n at n = 2,000, 1.06 at n = 4,000); with
-    missing labels co_association briefly holds one more (2.3).
+    work copy of it (about 2.0 n×n at the peak for n ≤ 2,000, 1.06 above); with missing labels
+    co_association briefly holds one more (2.3).
     """
 
     def __init__(

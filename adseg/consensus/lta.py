@@ -301,8 +301,8 @@ def _admm(
     (``_Iterates.e_step_and_projection_targets`` and ``_Iterates.finish_and_target``), so each
     iterate is read about twice per iteration instead of ~30 times by whole-array numpy calls;
     every entry sees the same floating-point operations in the same order, so the iterates are
-    bit-for-bit those of the whole-array loop (tested). Measured gain: 6–17 % per iteration at
-    n = 5,000–5,500 (benchmarks/results/lta_sample_iteration.md).
+    bit-for-bit those of the whole-array loop (tested). The gain per iteration is in
+    docs/algorithms/lta.md.
     """
     zeros = np.zeros_like(A)
     E, B, C, L1, L2, L3 = (zeros.copy() for _ in range(6))
@@ -582,7 +582,7 @@ def lta_refine_cells(
     tol: float = 1e-8,
     max_iter: int = 500,
 ) -> tuple[LTAResult, _CellSpace]:
-    """The frontal LTA solved exactly in the cell-reduced space (see the module docstring).
+    """The frontal LTA solved exactly in the cell-reduced space (see docs/algorithms/lta.md).
 
     Inputs from :func:`coherent_cells`. Returns the result in packed (g+1)×g form and the space
     (``space.expand(result.P2, cell)`` gives the n×n P2). Cost O(T g³) time, ~17 g×g arrays.
@@ -672,8 +672,8 @@ class LTA(BaseFuser):
     lam : λ, weight of the removed "wrong links" ‖E‖_F²; the paper's 0.002 for every data set.
     orientation : "frontal" (default; textbook t-SVD, order-invariant, honest for items in
         arbitrary order) or "sample" (the paper's FFT along the item index; its result depends
-        on the item order and reproduces the paper only on class-sorted files — see the module
-        docstring and benchmarks/results/lta_paper.md).
+        on the item order and reproduces the paper only on class-sorted files — see
+        docs/algorithms/lta.md).
     final : "sc" (spectral clustering, the paper's Ours-SC) or "ea" (average linkage, Ours-EA).
     mu0, rho, mu_max, tol, max_iter : the ADMM's penalty start, growth, cap, stopping tolerance
         on the max-abs primal residual, and iteration cap (paper / authors' code values).
@@ -689,8 +689,8 @@ class LTA(BaseFuser):
     n_iter_, converged_, residual_ : the ADMM's iteration count, whether the residual fell below
         ``tol`` before ``max_iter``, and the last max-abs primal residual.
 
-    Memory: see the module docstring (frontal: ~17 g×g arrays in the solve, then 2–3 n×n;
-    sample: ~16 n×n arrays). Time on the shared 2-core machine: benchmarks/results/lta_scaling.md.
+    Memory: see docs/algorithms/lta.md (frontal: ~17 g×g arrays in the solve, then 2–3 n×n;
+    sample: ~16 n×n arrays). Time: O(T g³) frontal, O(T n² log n) sample (docs/algorithms/lta.md).
     """
 
     def __init__(

@@ -72,8 +72,8 @@ def _eigh(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric eigendecomposition on one BLAS thread.
 
     LAPACK's tridiagonalisation is a chain of small synchronised BLAS-2 calls; with several
-    threads on a busy machine it ran 10× slower (10 s instead of 0.8 s for K = 1127 at load 11 on
-    2 cores), while one thread loses little even when the machine is idle."""
+    threads on a busy machine it runs up to 10× slower (docs/algorithms/rcec.md), while one thread
+    loses little even when the machine is idle."""
     if G.shape[0] < 256:  # too small to thread; skip threadpoolctl's ~1 ms bookkeeping
         return np.linalg.eigh(G)
     with threadpool_limits(limits=1, user_api="blas"):

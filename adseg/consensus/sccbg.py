@@ -328,14 +328,14 @@ class SCCBG(BaseFuser):
     rank_tol : spectral component test Σ_{i≤c}(1 − σ_i) (spec §3.4).
     edge_tol : S_ij above this is an edge when reading components.
     inner_tol, max_sweeps : stopping rule of the block coordinate descents (max |Δ| per sweep).
-    relaxation : "auto" (Young's ω from the coupling, see the module docstring) or the
+    relaxation : "auto" (Young's ω from the coupling, see docs/algorithms/sccbg.md) or the
         over-relaxation ω ∈ (0, 2) of the S-step (projected SOR; 1 = plain coordinate descent).
         The S-step is convex, so ω changes the speed, not the minimiser — except where
         ``max_sweeps`` cuts a solve short (γ ≥ 0.1 on the paper's data sets).
     mixed_precision : run each S-solve's first sweeps in float32 (to a change < 1e-4 per row)
         before the float64 sweeps that decide convergence; ~1.3× faster, same minimiser.
     gamma_grid : candidates for ``gamma="auto"``.
-    compress : fuse items with identical label rows (exact; see the module docstring).
+    compress : fuse items with identical label rows (exact; see docs/algorithms/sccbg.md).
     random_state : seeds the k-means fallback only (the rest is deterministic).
 
     Attributes
@@ -359,7 +359,8 @@ class SCCBG(BaseFuser):
     relaxation_ (the S-step's ω of the returned run),
     gamma_scores_ (for "auto": {γ: (ANMI, fallback_used)}).
 
-    Cost: O(n k) memory (no n × n array), O(n_iter · sweeps · u k²) time; see the module docstring.
+    Cost: O(n k) memory (no n × n array), O(n_iter · sweeps · u k²) time; see
+    docs/algorithms/sccbg.md.
     """
 
     def __init__(
@@ -403,7 +404,7 @@ class SCCBG(BaseFuser):
 
     def _check_params(self) -> None:
         # the grid is checked even when a fixed gamma leaves it unused: a bad grid recorded in a
-        # run's parameters (--fuser-option sccbg.gamma_grid=NaN) used to pass silently (QA)
+        # run's parameters (--fuser-option sccbg.gamma_grid=NaN) must not pass silently
         grid = self.gamma_grid
         if isinstance(grid, str | bytes) or not hasattr(grid, "__len__"):
             raise TypeError(f"gamma_grid must be a sequence of numbers ≥ 0; got {grid!r}.")
@@ -663,7 +664,7 @@ class SCCBG(BaseFuser):
                 labels[isolated] = np.argmax(score, axis=1)  # ties → lowest label
         if np.unique(labels).size < c:
             # k-means on fewer distinct embedding rows than c, or isolated rows joining the few
-            # clusters there were, left fewer than the c clusters asked (QA: 3 for 4)
+            # clusters there were, can leave fewer than the c clusters asked
             path += "+split"
             labels = _split_to(labels, Y, mult, first, c, m)
         return labels, path, K, n_iso

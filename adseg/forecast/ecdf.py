@@ -324,8 +324,8 @@ def samples_by_advertiser(
 
 def _won(column: pd.Series) -> np.ndarray:
     """The ``won`` column as (N,) bool: booleans, or integers 0/1. Text is refused, not cast:
-    ``astype(bool)`` took the string "false" (and a float NaN) for won, and lost auctions then
-    reached the cost samples as NaN prices (QA). Parse ingest files with ``adseg.ingest``."""
+    ``astype(bool)`` takes the string "false" (and a float NaN) for won, and lost auctions would
+    then reach the cost samples as NaN prices. Parse ingest files with ``adseg.ingest``."""
     if pd.api.types.is_bool_dtype(column.dtype) and not column.isna().any():
         return column.to_numpy(dtype=bool)
     if pd.api.types.is_integer_dtype(column.dtype) and not column.isna().any():

@@ -99,10 +99,10 @@ def cdf_grid(samples: SampleSet, size: int = 101, upper_quantile: float = 0.995)
     """Bid grid for tabulating c.d.f.s: ``size`` points from 0 to the largest advertiser's
     ``upper_quantile`` among the advertisers whose price scale is typical: on the log scale,
     within 5 scaled MADs of the advertisers' median. The far tail is dropped so that a few
-    outliers do not flatten every plot; the quantile of all samples pooled did not do that when
-    the outliers were advertisers with many samples (two of 120 logging prices ×1000, a unit
-    error, put the top at 2,370 eCPM against a median price of 1.87, and every curve was at 0.99
-    by the first grid step: QA). O(N log N) for N samples (one sort)."""
+    outliers do not flatten every plot; the quantile of all samples pooled does not do that when
+    the outliers are advertisers with many samples (two of 120 logging prices ×1000, a unit
+    error, would put the top about 1,000× above the median price, and every curve at 0.99 by
+    the first grid step). O(N log N) for N samples (one sort)."""
     has = samples.counts > 0
     if not has.any():
         return np.linspace(0.0, 1.0, size)
@@ -229,9 +229,8 @@ def evaluate_sources(
         ``segmentations`` already has those names.
     random_state : seed of the κ selection's sample split.
 
-    Time: O(N log N + S (N + R log N)) for S sources, N samples, R eval rows. Measured on 2
-    shared cores at load ≈ 12: 1,268 advertisers, 0.22 M training auctions, 10 sources, both
-    supply modes ≈ 4 s; 1,300 advertisers, 1 M samples, 4 sources ≈ 5 s.
+    Time: O(N log N + S (N + R log N)) for S sources, N samples, R eval rows; a few seconds for
+    the default marketplace (measurements: docs/algorithms/forecasting.md).
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}

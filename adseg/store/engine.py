@@ -184,8 +184,8 @@ def vacuum_sqlite(engine: Engine) -> tuple[int, int, bool]:
     """VACUUM a SQLite file database and checkpoint its write-ahead log into it, so that the
     pages freed by deleted runs go back to the disk. Returns the bytes on disk (the file and its
     -wal) before and after, and whether a reader blocked the checkpoint: then the old pages and
-    the new copy both stay (in the -wal) until the first checkpoint after that reader finishes
-    (QA: 'vacuumed: 62.6 MiB -> 38.2 MiB' was printed while 124 MB sat on disk). Cost: rewrites
+    the new copy both stay (in the -wal) until the first checkpoint after that reader finishes,
+    so the file alone would understate what sits on disk. Cost: rewrites
     the whole file and needs free space about its size (SQLite copies it). A passive checkpoint
     first tells whether a reader holds old pages: a truncating one would wait the busy timeout
     (30 s) for it and then give up anyway."""

@@ -107,7 +107,7 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
 def _lock_for_ingest(conn) -> None:
     """Take the write locks of the ingest tables before their row counts are read, so that the
     inserted / updated counts are this ingest's alone: a concurrent ingest committing between the
-    counts printed 'updated -1,500' (QA). Readers (a nightly's snapshot, reports) are not
+    counts would make them wrong, even negative. Readers (a nightly's snapshot, reports) are not
     blocked. SQLite: the database's write lock (BEGIN IMMEDIATE; the engine's busy timeout bounds
     the wait). PostgreSQL: SHARE ROW EXCLUSIVE on the three tables, which only other writers of
     them wait for."""
@@ -200,6 +200,6 @@ def _sqlite_timestamps(ts: pd.Series) -> np.ndarray:
     """UTC timestamps as the text of ``_SQLITE_TS`` ("2026-03-02 10:00:00.000000"), formatted by
     numpy: Series.dt.strftime took 0.8 s for 480,000 auctions, this 0.2 s (same strings)."""
     micros = ts.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy("datetime64[us]")
-    if micros.size == 0:  # np.char.replace fails on an empty array (a header-only file, QA)
+    if micros.size == 0:  # np.char.replace fails on an empty array (a header-only file)
         return np.empty(0, dtype=object)
     return np.char.replace(np.datetime_as_string(micros, unit="us"), "T", " ").astype(object)

@@ -183,8 +183,8 @@ def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
     forecasts: what ``adseg report`` can show, as :func:`latest_completed_run` with
     ``with_forecasts`` picks), completed or failed, with all its results, in one transaction.
     Runs from the oldest kept one on stay whatever their kind and status (a `views` run does not
-    take one of the ``keep`` places: counted, a views run after the nightlies left no run to
-    report, QA), and a 'running' run is never touched. Call it holding the nightly lock, under
+    take one of the ``keep`` places: counted, a views run after the nightlies would leave no run
+    to report), and a 'running' run is never touched. Call it holding the nightly lock, under
     which every run is made and remade (``adseg segment`` / ``forecast``), so that no run being
     written can be deleted. ``dry_run``: count, delete nothing.
 
@@ -226,8 +226,8 @@ def prune_runs(engine: Engine, keep: int, *, dry_run: bool = False) -> Pruned:
 def fail_orphaned_runs(engine: Engine, *, exclude: int | None = None) -> list[int]:
     """Mark failed (partial results deleted) every run still 'running' but ``exclude`` (the
     caller's own). Call it only while holding the nightly lock, under which every run is made:
-    any other 'running' run then belongs to no live process (one killed before adseg named a
-    run in its lock, as versions before 2026-11-24 could leave, stayed 'running' for good).
+    any other 'running' run then belongs to no live process (e.g. one killed before its run was
+    named in its lock, which would otherwise stay 'running' for good).
     Returns their ids."""
     stmt = select(Run.run_id).where(Run.status == "running")
     if exclude is not None:
@@ -367,8 +367,8 @@ def acquire_lock(engine: Engine, name: str = "nightly", run_id: int | None = Non
             continue
         run = "no run yet" if current.run_id is None else f"run {current.run_id}"
         # not stale: its process exists on this host, or it is another host's, which cannot
-        # be checked; either way only --force clears it (it said `adseg db unlock`, which
-        # then refused, QA)
+        # be checked; either way only --force clears it, so the message names --force (plain
+        # `adseg db unlock` would refuse)
         if _on_this_host(current):
             # a gone process of this host would have been taken over above: it is alive
             hint = (
@@ -418,7 +418,7 @@ def _abandon(engine: Engine, stale: LockHolder, why: str = "", *, ended: bool = 
     the lock with its run's status."""
     status = None
     if stale.run_id is not None:
-        # a forced clear does not know that the process ended: it may be running still (QA)
+        # a forced clear does not know that the process ended: it may be running still
         what = "ended without finishing the run" if ended else "lost its lock before finishing"
         why = f"abandoned: process {stale.holder} {what}{why}"
         status = fail_run(engine, stale.run_id, why, {})
@@ -467,8 +467,8 @@ _held_here_guard = threading.RLock()
 while it judges a lock row stale and takes it over, so that its threads never see one without
 the other. Without it a second thread could read the row a first one had just committed before
 the first added its entry, judge this process's own live lock stale (``_is_stale``: same
-process id, not held here), take it over, and both runs failed with RunLostError (CI, under
-load, 2026-11-25). Reentrant: taking a stale lock over releases it inside ``acquire_lock``."""
+process id, not held here), take it over, and both runs would fail with RunLostError (a race
+that shows under load). Reentrant: taking a stale lock over releases it inside ``acquire_lock``."""
 
 
 def _this_process() -> str:
