@@ -151,7 +151,7 @@ def test_fusing_stops_on_a_stop_whose_exception_was_swallowed():
 _FORK_STOP_SCRIPT = """
 import os, signal, sys
 import numpy as np
-from adseg import pipeline
+from adseg import fusion
 from adseg.interrupts import Terminated, signals_as_exceptions
 
 def worker_state(name, labels, n_segments, seed, options, weights=None):  # in the worker (fork)
@@ -160,7 +160,7 @@ def worker_state(name, labels, n_segments, seed, options, weights=None):  # in t
     state.append(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
     return np.array(state), 0.0
 
-pipeline._fit_one = worker_state
+fusion._fit_one = worker_state
 sent = []
 
 def stop_once_in_the_parent():  # a SIGTERM that lands while a worker is being forked
@@ -170,12 +170,12 @@ def stop_once_in_the_parent():  # a SIGTERM that lands while a worker is being f
 
 labels = np.repeat(np.arange(3), 10)[:, None].repeat(2, axis=1)
 with signals_as_exceptions():
-    finished = dict(pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}))
+    finished = dict(fusion._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}))
 print("worker: SIGTERM blocked, SIGHUP blocked, SIGTERM default:", finished["rcc"]()[0].tolist())
 os.register_at_fork(after_in_parent=stop_once_in_the_parent)
 try:
     with signals_as_exceptions():
-        for _ in pipeline._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}):
+        for _ in fusion._fit_in_processes(["rcc", "l2"], labels, 3, 0, 2, {}):
             pass
 except Terminated:
     print("stopped")
