@@ -25,11 +25,11 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
-from sklearn.base import BaseEstimator, ClusterMixin, clone
+from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
-__all__ = ["MixtureSegmentation", "bin_edges", "binned_counts", "select_n_components"]
+__all__ = ["MixtureSegmentation", "bin_edges", "binned_counts", "model_features"]
 
 
 def bin_edges(samples: list[np.ndarray], n_bins: int) -> np.ndarray:
@@ -257,29 +257,6 @@ class MixtureSegmentation(ClusterMixin, BaseEstimator):
         for v, lt in zip(_scaled(views, w, float(self.max_count)), self.log_theta_, strict=True):
             lj += np.asarray(v @ lt.T)
         return lj - logsumexp(lj, axis=1, keepdims=True)
-
-
-def select_n_components(
-    fold_a, fold_b, candidates, *, estimator: MixtureSegmentation
-) -> tuple[int, dict[int, float]]:
-    """Choose K by held-out likelihood: fit on each fold's views, score the other fold's counts
-    under each item's posterior-predictive mixture Σ_k r_ik θ_k (both directions). ``fold_a`` /
-    ``fold_b``: lists of views built from two disjoint halves of every item's samples (the same
-    bins). Returns (K with the highest held-out log-likelihood per unit, {K: that value})."""
-    scores = {}
-    for k in candidates:
-        total = units = 0.0
-        for fit_views, held in ((fold_a, fold_b), (fold_b, fold_a)):
-            est = clone(estimator).set_params(n_components=int(k)).fit(fit_views)
-            for j, v in enumerate(_as_views(held)):
-                if estimator.view_weights is not None and estimator.view_weights[j] == 0:
-                    continue
-                pred = np.log(est.resp_ @ np.exp(est.log_theta_[j]))  # (n, B_v)
-                total += float(v.multiply(pred).sum())
-                units += float(v.sum())
-        scores[int(k)] = total / max(units, 1.0)
-    best = max(scores, key=lambda k: (scores[k], -k))
-    return best, scores
 
 
 def model_features(

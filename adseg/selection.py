@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from sklearn.base import clone
 
 from adseg.forecast import evaluate_sources
 from adseg.metrics import mape_with_count
@@ -140,10 +141,7 @@ def select_model_k(
     :func:`parsimonious_choice` picks. Returns (K, {K: score}, {K: fitted estimator}).
     Cost: one mixture fit and one forecast per candidate."""
     views, _ = model_features(backtest.win_samples, backtest.descriptions, n_bins=n_bins)
-    fits = {
-        int(k): MixtureSegmentation(**{**estimator.get_params(), "n_components": int(k)}).fit(views)
-        for k in candidates
-    }
+    fits = {int(k): clone(estimator).set_params(n_components=int(k)).fit(views) for k in candidates}
     table = backtest.score({f"model_k{k}": f.labels_ for k, f in fits.items()})
     scores = {k: float(table.loc[f"model_k{k}", "score"]) for k in fits}
     return parsimonious_choice(scores, tolerance), scores, fits

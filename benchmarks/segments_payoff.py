@@ -142,7 +142,6 @@ def band_table(bands: pd.DataFrame, method: str) -> str:
     part = bands[bands["method"] == method]
     names = ["0", "1-4", "5-19", "20-99", ">=100"]
     wide = part.groupby(["source", "band"])["impressions_mape"].mean().unstack()
-    count = part.groupby("band")["n_advertisers"].mean() / max(part["source"].nunique(), 1)
     lines = [
         "| source | " + " | ".join(f"{b} samples" for b in names) + " |",
         "|---|" + "---|" * len(names),
@@ -154,7 +153,6 @@ def band_table(bands: pd.DataFrame, method: str) -> str:
     lines.append(
         "| advertisers (mean) | " + " | ".join(f"{per.get(b, 0):.0f}" for b in names) + " |"
     )
-    del count
     return "\n".join(lines)
 
 
