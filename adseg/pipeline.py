@@ -723,6 +723,8 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     """The model view (its K by backtest), the fusion weights learned on the backtest, and the
     recommended source: everything chosen inside the training window (adseg.selection)."""
     requested = config.n_segments
+    if data.backtest is not None:  # scored with the run's own forecast options
+        data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
     choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
     model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
@@ -1197,6 +1199,7 @@ def _segment_parameters(
     # each fuser's options: those it now ran with, or those of the run that made its segments
     options = {f: v for f, v in (stored.get("fuser_options") or {}).items() if f not in redone}
     options |= {f: v for f, v in config.fuser_options.items() if f in redone}
+    resolved |= _revisited_recommendation(resolved, set(fused), gone, k)
     return {
         "fusers": fusers,
         "fuser_options": options,
@@ -1205,6 +1208,25 @@ def _segment_parameters(
         "segment_seed": config.seed,  # the run's "seed" made its views
         "resolved": resolved | {"n_segments": k},
     }
+
+
+def _revisited_recommendation(resolved: dict, remade: set, gone: set, k: int) -> dict:
+    """The recommendation after ``adseg segment``: the backtest judged the segments the nightly
+    made, so a recommended fuser whose segments are remade says so, and one that is dropped
+    is no longer recommended (the report then leads with the primary fuser)."""
+    source = resolved.get("recommended_source")
+    if source in gone:
+        return {
+            "recommended_source": None,
+            "recommendation_reason": f"the backtest chose {source}, which `adseg segment` dropped",
+        }
+    if source in remade:
+        reason = str(resolved.get("recommendation_reason") or "").split("; its segments were")[0]
+        return {
+            "recommendation_reason": f"{reason}; its segments were remade by `adseg segment` "
+            f"(K = {k}) after the backtest chose it"
+        }
+    return {}
 
 
 def run_forecast(engine: Engine, run_id: int, config: NightlyConfig):

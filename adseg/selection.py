@@ -79,6 +79,8 @@ class Backtest:
     holdout_delivery : the last days' delivery rows (advertiser_id, date, bid_requests,
         bid_ecpm, impressions, spend), the backtest's "evaluation".
     advertiser_ids, descriptions : (n,) as in the run.
+    spend_price : the run's spend forecast price (``"cost"`` or ``"market"``), so the backtest
+        scores spend as the run's report does.
     """
 
     win_samples: list[np.ndarray]
@@ -87,6 +89,7 @@ class Backtest:
     holdout_delivery: pd.DataFrame
     advertiser_ids: np.ndarray
     descriptions: list
+    spend_price: str = "cost"
 
     def score(self, segmentations: Mapping[str, np.ndarray], random_state=0) -> pd.DataFrame:
         """Per source: impressions_mape, spend_mape for methods segment and blended (actual
@@ -99,6 +102,7 @@ class Backtest:
             self.holdout_delivery,
             self.advertiser_ids,
             supply="actual",
+            spend_price=self.spend_price,
             random_state=random_state,
         )
         # dropna=False: a source whose held-out actuals are all zero scores NaN, not a KeyError

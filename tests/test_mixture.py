@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -193,3 +194,12 @@ def test_model_features_are_equivariant_to_the_order_of_advertisers(planted_mark
     np.testing.assert_array_equal(edges_a, edges_b)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x.toarray()[perm], y.toarray())
+
+
+def test_the_backtest_scores_spend_with_the_runs_spend_price(planted_market):
+    backtest, truth, _ = planted_market
+    cost = backtest.score({"truth": truth})
+    market = dataclasses.replace(backtest, spend_price="market").score({"truth": truth})
+    impressions = [c for c in cost.columns if c.startswith("impressions")]
+    pd.testing.assert_frame_equal(cost[impressions], market[impressions])
+    assert not np.allclose(cost["spend_mape_blended"], market["spend_mape_blended"])

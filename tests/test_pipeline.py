@@ -1386,6 +1386,36 @@ def test_segment_keeps_the_notes_and_errors_of_the_fusers_it_does_not_rerun():
     assert params["resolved"]["fuser_errors"] == {}  # lta ran and succeeded
 
 
+def test_segment_says_when_it_remakes_or_drops_the_recommended_source():
+    """The backtest judged the nightly's segments: a recommended fuser that `segment` remakes
+    says so (once, however often it is remade), and one it drops is no longer recommended."""
+    stored = {
+        "fusers": ["rcc", "l2"],
+        "primary_fuser": "rcc",
+        "resolved": {
+            "n_segments": 20,
+            "recommended_source": "l2",
+            "recommendation_reason": "lowest backtest MAPE",
+        },
+    }
+    config = _config(Path("."), fusers=("l2",))
+    params = pipeline._segment_parameters(stored, config, ["l2"], 7, ran=["l2"])
+    resolved = params["resolved"]
+    assert resolved["recommended_source"] == "l2"
+    assert resolved["recommendation_reason"] == (
+        "lowest backtest MAPE; its segments were remade by `adseg segment` (K = 7) after the "
+        "backtest chose it"
+    )
+    again = pipeline._segment_parameters({**stored, "resolved": resolved}, config, ["l2"], 9)
+    assert again["resolved"]["recommendation_reason"].count("remade") == 1
+    assert "(K = 9)" in again["resolved"]["recommendation_reason"]
+    untouched = pipeline._segment_parameters(stored, config, ["rcc"], 7, ran=["rcc"])
+    assert untouched["resolved"]["recommendation_reason"] == "lowest backtest MAPE"
+    dropped = pipeline._segment_parameters(stored, config, ["rcc"], 7, dropped=["l2"])
+    assert dropped["resolved"]["recommended_source"] is None
+    assert "dropped" in dropped["resolved"]["recommendation_reason"]
+
+
 def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, market_dir):
     """An advertiser that delivered in the evaluation window but not in the training window has
     no supply forecast: with --supply both the run completes, its forecast is NULL (stored and in
