@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from adseg import pipeline
+from adseg.app.nightly import run_nightly
 from adseg.bench import write_results
 from adseg.ingest import read_directory
 from adseg.report import PAPER_MAPE
@@ -69,7 +70,7 @@ def main() -> None:
         t_ingest = time.perf_counter() - t0
         load0 = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), _cpu()
-        result = pipeline.run_nightly(
+        result = run_nightly(
             engine,
             config=pipeline.NightlyConfig(
                 fusers=tuple(args.fuser) if args.fuser else None,

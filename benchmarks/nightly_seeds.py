@@ -7,8 +7,8 @@ BLAS rounds differently, so the same command gives other segments on another mac
 script measures the spread instead of one draw.
 
 Per run: the default marketplace (1,268 advertisers, 7 + 7 days) generated with marketplace seed
-m, ingested into a fresh SQLite database, then `pipeline.run_nightly` with pipeline seed s, actual
-supply, the fast fusers (rcc, l2, rcec, sccbg; lta and trce cost minutes and are left out),
+m, ingested into a fresh SQLite database, then `app.nightly.run_nightly` with pipeline seed s,
+actual supply, the fast fusers (rcc, l2, rcec, sccbg; lta and trce cost minutes and are left out),
 the truth as a reference. Runs: the default marketplace with pipeline seeds 0..S-1, and
 marketplaces 1..M (seed = default + m) with pipeline seed 0.
 
@@ -35,6 +35,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg import pipeline  # noqa: E402
+from adseg.app.nightly import run_nightly  # noqa: E402
 from adseg.bench import machine_summary, write_results  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace  # noqa: E402
@@ -61,7 +62,7 @@ def one_run(tmp: Path, market_seed: int, seed: int) -> pd.DataFrame:
     config = pipeline.NightlyConfig(
         fusers=FUSERS, supply="actual", seed=seed, truth_path=str(folder / "truth.csv")
     )
-    result = pipeline.run_nightly(engine, config=config)
+    result = run_nightly(engine, config=config)
     engine.dispose()
     mape = result.result.mape
     mape = mape[mape["supply_mode"] == "actual"].copy()

@@ -38,6 +38,7 @@ from sklearn.metrics import adjusted_rand_score
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg import pipeline  # noqa: E402
+from adseg.app.inputs import default_windows, pull  # noqa: E402
 from adseg.bench import machine_summary, recorded_command, write_results  # noqa: E402
 from adseg.consensus import rcc  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
@@ -59,7 +60,7 @@ def nightly_views(n_advertisers: int) -> tuple[np.ndarray, int, np.ndarray]:
         engine = make_engine(f"sqlite:///{tmp / 'adseg.db'}")
         migrate.upgrade(engine)
         write_batch(engine, read_directory(tmp / "m"))
-        data = pipeline.pull(engine, pipeline.default_windows(engine))
+        data = pull(engine, default_windows(engine))
         views = pipeline.build_views(data, pipeline.NightlyConfig())
         n_segments = pipeline.choose_n_segments(views.columns, views.labels, None)
         truth = pipeline.read_truth(tmp / "m" / "truth.csv")

@@ -29,6 +29,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg import pipeline  # noqa: E402
+from adseg.app.nightly import run_nightly  # noqa: E402
 from adseg.bench import machine_summary, write_results  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
 from adseg.simulate import family_config, simulate_marketplace, write_marketplace  # noqa: E402
@@ -69,7 +70,7 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
         fusers=FUSERS, supply="actual", seed=seed, truth_path=str(folder / "truth.csv")
     )
     t0 = time.perf_counter()
-    result = pipeline.run_nightly(engine, config=config)
+    result = run_nightly(engine, config=config)
     wall = time.perf_counter() - t0
     model_k = store.get_run(engine, result.run_id)["parameters"]["resolved"]["model"]["k"]
     engine.dispose()

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adseg.cli import app
-from adseg.config import ENV_DATABASE_URL, database_url, mask_url
+from adseg.store.url import ENV_DATABASE_URL, database_url, mask_url
 
 runner = CliRunner()
 PG = "postgresql+psycopg"

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError, ProgrammingError
 from typer.testing import CliRunner
 
 from adseg.cli import app, handle_errors
-from adseg.config import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
+from adseg.store.url import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
 
 runner = CliRunner()
 PG = "postgresql+psycopg"
@@ -223,7 +223,7 @@ def test_a_server_that_cannot_meet_the_urls_security_options_is_not_retry_later(
 def test_a_database_error_in_a_run_names_the_failed_run(orig, code, capsys):
     exc = _db_error(orig)
     exc.connection_invalidated = "EOF detected" in str(orig)  # as SQLAlchemy marks a lost one
-    exc.failed_run_id = 7  # as pipeline._locked_run attaches it
+    exc.failed_run_id = 7  # as app.runs.locked_run attaches it
     exit_code, err = _exit(exc, capsys)
     assert exit_code == code, err
     assert err.startswith(f"error: run 7 failed: database error: {orig}")
@@ -237,7 +237,7 @@ def _skip_unless_postgres(db_url: str) -> None:
 def test_a_connection_dropped_mid_run_fails_the_run_and_says_retry(db_url, monkeypatch):
     """A stage whose connection breaks: on PostgreSQL an administrator ends the session (57P01,
     75: retry later); on SQLite a disk I/O error (1). Either way "run N failed:", run row too."""
-    from adseg import pipeline
+    from adseg.app import nightly
     from adseg.ingest import read_directory
     from adseg.store import migrate
     from adseg.store.engine import make_engine
@@ -259,7 +259,7 @@ def test_a_connection_dropped_mid_run_fails_the_run_and_says_retry(db_url, monke
 
                 raise OperationalError("SELECT 1", {}, sqlite3.OperationalError("disk I/O error"))
 
-    monkeypatch.setattr(pipeline, "_run_stages", broken_stages)
+    monkeypatch.setattr(nightly, "_run_stages", broken_stages)
     result = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet"])
     with engine.connect() as conn:
         run_id, status = conn.execute(

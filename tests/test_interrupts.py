@@ -139,13 +139,13 @@ def test_fusing_stops_on_a_stop_whose_exception_was_swallowed():
     forked (its at-fork hooks swallow exceptions) still stops the stage."""
     import numpy as np
 
-    from adseg import pipeline
+    from adseg import fusion
 
     labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
     with signals_as_exceptions():
         _swallowed(signal.SIGTERM)
         with pytest.raises(Terminated):
-            pipeline.fuse(labels, ["rcc", "l2"], 4, seed=0, primary="rcc", n_jobs=2)
+            fusion.fuse(labels, ["rcc", "l2"], 4, seed=0, primary="rcc", n_jobs=2)
 
 
 _FORK_STOP_SCRIPT = """
@@ -205,7 +205,7 @@ def test_a_stop_while_a_fuser_worker_is_forked_is_a_stop_without_a_stray_traceba
 _GROUP_STOP_SCRIPT = """
 import sys, time
 import numpy as np
-from adseg import pipeline
+from adseg import fusion
 from adseg.consensus import FUSERS
 from adseg.consensus.l2 import L2CC
 from adseg.interrupts import Terminated, signals_as_exceptions
@@ -219,7 +219,7 @@ labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
 with signals_as_exceptions():
     try:
         print("fusing", flush=True)
-        pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
+        fusion.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
     except Terminated:
         sys.exit(143)
 """
@@ -398,7 +398,7 @@ def test_a_signal_ignored_before_stays_ignored_inside_both_blocks(hang_up_ignore
 _NOHUP_FUSING_SCRIPT = """
 import sys, time
 import numpy as np
-from adseg import pipeline
+from adseg import fusion
 from adseg.consensus import FUSERS
 from adseg.consensus.l2 import L2CC
 from adseg.interrupts import signals_as_exceptions
@@ -412,7 +412,7 @@ FUSERS["slow"] = Slow
 labels = np.repeat(np.arange(4), 10)[:, None].repeat(3, axis=1)
 with signals_as_exceptions():
     print("fusing", flush=True)
-    fused, _, errors, _ = pipeline.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
+    fused, _, errors, _ = fusion.fuse(labels, ["slow", "l2"], 4, seed=0, primary="slow", n_jobs=2)
     print("fused", sorted(fused), errors, flush=True)
 """
 

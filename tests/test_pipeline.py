@@ -16,8 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from adseg import pipeline
+from adseg.app import restage
+from adseg.app.inputs import check_run_inputs, default_windows, pull
+from adseg.app.nightly import run_nightly
+from adseg.app.reports import load_report_data
+from adseg.app.restage import run_forecast, run_segment, run_views
 from adseg.cli import app
 from adseg.consensus import FUSERS
+from adseg.fusion import Fusion, fuse
 from adseg.ingest import read_directory
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
 from adseg.store import reads
@@ -52,7 +58,7 @@ def _config(market_dir, **kw) -> pipeline.NightlyConfig:
 
 
 def test_nightly_completes_and_persists(loaded, market_dir):
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    result = run_nightly(loaded, config=_config(market_dir))
     run = store.get_run(loaded, result.run_id)
     assert run["status"] == "completed"
     assert set(run["timings"]) >= {"pull", "views", "fuse", "forecast"}
@@ -92,7 +98,7 @@ def test_forecast_quality_ordering(half_default_engine):
     config = pipeline.NightlyConfig(
         fusers=FAST_FUSERS, supply="actual", truth_path=str(out / "truth.csv"), paper_fusion=True
     )
-    result = pipeline.run_nightly(engine, config=config)
+    result = run_nightly(engine, config=config)
     mape = result.result.mape
     seg = mape[(mape["method"] == "segment") & (mape["supply_mode"] == "actual")].set_index(
         "source"
@@ -104,7 +110,7 @@ def test_forecast_quality_ordering(half_default_engine):
 
 
 def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monkeypatch):
-    first = pipeline.run_nightly(loaded, config=_config(market_dir))
+    first = run_nightly(loaded, config=_config(market_dir))
     before = store.read_forecast_results(loaded, first.run_id)["mape"]
 
     def broken(*args, **kwargs):
@@ -112,7 +118,7 @@ def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monke
 
     monkeypatch.setattr(pipeline, "forecast", broken)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.run_nightly(loaded, config=_config(market_dir))
+        run_nightly(loaded, config=_config(market_dir))
     runs = store.list_runs(loaded)
     failed = runs[runs["status"] == "failed"]
     assert len(failed) == 1 and "injected failure" in failed["error"].iloc[0]
@@ -138,7 +144,7 @@ def test_a_run_whose_lock_was_forced_away_never_completes(loaded, market_dir, mo
 
     monkeypatch.setattr(pipeline, "forecast", forecast_after_a_forced_unlock)
     with pytest.raises(store.RunLostError, match="marked failed by another process"):
-        pipeline.run_nightly(loaded, config=_config(market_dir))
+        run_nightly(loaded, config=_config(market_dir))
     (run,) = store.list_runs(loaded).itertuples()
     # the unlock's reason stays: the lost run used to overwrite it (and its finish time)
     assert run.status == "failed" and "lock cleared by `adseg db unlock`" in run.error
@@ -200,7 +206,7 @@ def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir,
     """An ingest committing between the pull's reads made the evaluation delivery name
     advertisers the advertiser list did not have, and the nightly failed ("eval_delivery has
     N row(s) of advertisers not in advertiser_ids"). The reads now share one snapshot."""
-    windows = pipeline.default_windows(loaded)
+    windows = default_windows(loaded)
     real_price_samples = reads.price_samples
 
     committed = []
@@ -213,11 +219,11 @@ def test_the_pull_reads_one_snapshot_while_an_ingest_commits(loaded, market_dir,
         return out
 
     monkeypatch.setattr(reads, "price_samples", samples_then_an_ingest_commits)
-    data = pipeline.pull(loaded, windows)
+    data = pull(loaded, windows)
     assert "zz-new" not in set(data.advertiser_ids)
     assert "zz-new" not in set(data.eval_delivery["advertiser_id"])  # not half of the ingest
     monkeypatch.undo()
-    assert "zz-new" in set(pipeline.pull(loaded, windows).advertiser_ids)  # the next run sees it
+    assert "zz-new" in set(pull(loaded, windows).advertiser_ids)  # the next run sees it
 
 
 def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir, monkeypatch):
@@ -234,13 +240,13 @@ def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir,
     monkeypatch.setattr(pipeline, "forecast", broken)
     monkeypatch.setattr(store, "fail_run", server_gone)
     with pytest.raises(RuntimeError, match="injected") as caught:
-        pipeline.run_nightly(loaded, config=_config(market_dir))
+        run_nightly(loaded, config=_config(market_dir))
     run_id = int(store.list_runs(loaded)["run_id"].iloc[0])
     assert caught.value.failed_run_id == run_id
     # the lock still names the run, so the next run takes it over and fails the run for good
     assert store.lock_holder(loaded).run_id == run_id
     monkeypatch.undo()
-    pipeline.run_nightly(loaded, config=_config(market_dir))
+    run_nightly(loaded, config=_config(market_dir))
     runs = store.list_runs(loaded).set_index("run_id")["status"]
     assert runs[run_id] == "failed" and (runs == "completed").sum() == 1
 
@@ -248,12 +254,12 @@ def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir,
 def test_forecast_again_scores_only_the_runs_own_advertisers(loaded, market_dir):
     """An advertiser ingested after the run was scored under every source as "in no segment":
     every MAPE moved and the report counted 1,269 advertisers under 1,268 segmented ones."""
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    result = run_nightly(loaded, config=_config(market_dir))
     before = store.read_forecast_results(loaded, result.run_id)
-    windows = pipeline._run_windows(store.get_run(loaded, result.run_id))
+    windows = restage._run_windows(store.get_run(loaded, result.run_id))
     _ingest_a_newcomer(loaded, windows.eval_start)
     with pytest.warns(UserWarning, match="1 advertiser ingested since run .* left out"):
-        pipeline.run_forecast(loaded, result.run_id, _config(market_dir))
+        run_forecast(loaded, result.run_id, _config(market_dir))
     after = store.read_forecast_results(loaded, result.run_id)
     assert "zz-new" not in set(after["forecasts"]["advertiser_id"])
     key = ["source", "method", "supply_mode"]
@@ -287,7 +293,7 @@ def test_second_concurrent_nightly_is_refused(loaded, market_dir, db_url):
     holder = store.acquire_lock(loaded, "nightly", run_id=None)
     try:
         with pytest.raises(store.RunLockedError, match="in progress"):
-            pipeline.run_nightly(loaded, config=_config(market_dir))
+            run_nightly(loaded, config=_config(market_dir))
         result = runner.invoke(app, ["nightly", "--database-url", db_url, "--quiet"])
         assert result.exit_code == 75, result.output
         assert "in progress" in result.output
@@ -302,9 +308,7 @@ def test_two_nightlies_at_once_one_is_refused(loaded, market_dir):
 
     def attempt():
         try:
-            pipeline.run_nightly(
-                loaded, config=_config(market_dir, fusers=("l2",), primary_fuser="l2")
-            )
+            run_nightly(loaded, config=_config(market_dir, fusers=("l2",), primary_fuser="l2"))
             outcomes.append("ran")
         except store.RunLockedError:
             outcomes.append("refused")
@@ -366,8 +370,8 @@ def test_a_thread_never_takes_over_the_lock_another_thread_just_took(loaded, mon
 
 
 def test_rerun_with_same_parameters_is_safe(loaded, market_dir):
-    a = pipeline.run_nightly(loaded, config=_config(market_dir))
-    b = pipeline.run_nightly(loaded, config=_config(market_dir))
+    a = run_nightly(loaded, config=_config(market_dir))
+    b = run_nightly(loaded, config=_config(market_dir))
     assert b.run_id != a.run_id
     ma = store.read_forecast_results(loaded, a.run_id)["mape"].sort_values(["source", "method"])
     mb = store.read_forecast_results(loaded, b.run_id)["mape"].sort_values(["source", "method"])
@@ -434,7 +438,7 @@ def test_reports_from_the_cli(loaded, market_dir, db_url, tmp_path):
 def test_report_format_follows_the_output_suffix_and_a_rewrite_keeps_the_mode(
     loaded, market_dir, db_url, tmp_path
 ):
-    pipeline.run_nightly(loaded, config=_config(market_dir, supply="actual"))
+    run_nightly(loaded, config=_config(market_dir, supply="actual"))
     for name, first in (("r.HTML", "<!DOCTYPE html>"), ("r.csv", "advertiser_id"), ("r.x", "{")):
         res = runner.invoke(app, ["report", "--database-url", db_url, "-o", str(tmp_path / name)])
         assert res.exit_code == 0 and "wrote" in res.output, res.output
@@ -482,7 +486,7 @@ def test_segment_remakes_a_primary_stored_under_an_alias(loaded, market_dir):
     from adseg.store.models import Metric, Run, Segment
 
     config = _config(market_dir, truth_path=None, fusers=("l2",), primary_fuser="spcc")
-    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    run_id = run_nightly(loaded, config=config).run_id
     params = store.get_run(loaded, run_id)["parameters"]
     assert params["fusers"] == ["sccbg", "l2"] and params["primary_fuser"] == "sccbg"
     assert "spcc" not in store.read_segments(loaded, run_id)
@@ -496,7 +500,7 @@ def test_segment_remakes_a_primary_stored_under_an_alias(loaded, market_dir):
         legacy = params | {"fusers": ["spcc", "l2"], "primary_fuser": "spcc"}
         conn.execute(update(Run).where(Run.run_id == run_id).values(parameters=legacy))
     again = pipeline.NightlyConfig(fusers=("sccbg", "l2"), primary_fuser="sccbg", seed=0)
-    pipeline.run_segment(loaded, run_id, again)
+    run_segment(loaded, run_id, again)
     segments = store.read_segments(loaded, run_id)
     assert "sccbg" in segments and "spcc" not in segments
     assert "spcc" not in set(store.read_forecast_results(loaded, run_id)["mape"]["source"])
@@ -511,7 +515,7 @@ def test_segment_drops_what_a_failing_fuser_could_not_remake(loaded, market_dir,
     dropped and `forecast` never computed them again."""
     from adseg.consensus import FUSERS
 
-    run_id = pipeline.run_nightly(loaded, config=_config(market_dir)).run_id
+    run_id = run_nightly(loaded, config=_config(market_dir)).run_id
     aris = store.get_run(loaded, run_id)["parameters"]["resolved"]["truth_ari"]
     assert {"rcc", "l2", "win_rate"} <= set(aris)
 
@@ -578,7 +582,7 @@ def test_an_evaluation_window_past_the_data_is_named_in_a_warning(loaded, market
         match=f"ends after the last delivery day in the database "
         f"\\({last}\\): only the days up to {last} are scored",
     ):
-        pipeline.check_run_inputs(loaded, windows, _config(market_dir))
+        check_run_inputs(loaded, windows, _config(market_dir))
 
 
 def test_bad_seed_and_segments_are_rejected_before_a_run_is_written(loaded, db_url):
@@ -611,7 +615,7 @@ def test_data_that_cannot_make_a_run_is_refused_before_a_run_is_written(loaded, 
 
 def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkeypatch):
     """A NULL error next to a text one (pandas ≥ 3 reads the column as str with NaN)."""
-    pipeline.run_nightly(loaded, config=_config(market_dir))
+    run_nightly(loaded, config=_config(market_dir))
 
     def broken(*args, **kwargs):
         raise ValueError("injected failure in forecasting")
@@ -632,7 +636,7 @@ def test_runs_lists_completed_and_failed_runs(loaded, market_dir, db_url, monkey
 def test_runs_say_which_fusers_failed_or_warned(loaded, market_dir, db_url, monkeypatch):
     """A completed run whose alternative fuser failed (and was skipped) or warned looked like
     any other in `adseg runs`; the column appears only when some run has something to say."""
-    pipeline.run_nightly(loaded, config=_config(market_dir))
+    run_nightly(loaded, config=_config(market_dir))
     res = runner.invoke(app, ["runs", "--database-url", db_url])
     assert res.exit_code == 0 and "fusers" not in res.output, res.output
 
@@ -642,7 +646,7 @@ def test_runs_say_which_fusers_failed_or_warned(loaded, market_dir, db_url, monk
 
     monkeypatch.setitem(FUSERS, "l2", Failing)
     monkeypatch.setitem(FUSERS, "rcec", _Collapsing)
-    pipeline.run_nightly(loaded, config=_config(market_dir, fusers=("rcc", "l2", "rcec")))
+    run_nightly(loaded, config=_config(market_dir, fusers=("rcc", "l2", "rcec")))
     res = runner.invoke(app, ["runs", "--database-url", db_url], terminal_width=200)
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if "nightly" in line]
@@ -705,10 +709,10 @@ def test_segment_remakes_the_nightlys_single_view_sources(loaded, market_dir):
     the nightly stored for every source, single-view ones included (their excluded advertisers
     attached by the same samples), and keeps the run's parameters."""
     config = _config(market_dir, truth_path=None)
-    result = pipeline.run_nightly(loaded, config=config)
+    result = run_nightly(loaded, config=config)
     before = store.read_segments(loaded, result.run_id)
     params_before = store.get_run(loaded, result.run_id)["parameters"]
-    done = pipeline.run_segment(loaded, result.run_id, config)
+    done = run_segment(loaded, result.run_id, config)
     after = store.read_segments(loaded, result.run_id)
     assert set(after) == set(before) == {*FAST_FUSERS, "win_rate", "ecpm", "text", "model"}
     for source in before:
@@ -725,7 +729,7 @@ def test_segment_and_forecast_default_to_the_runs_own_seed(loaded, market_dir, d
     segments and scores (they used seed 0: other blended κ, other fused segments, while the
     report still said seed 1); the seeds they used are in the run's parameters."""
     config = _config(market_dir, truth_path=None, seed=1, fusers=("rcc", "l2"))
-    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    run_id = run_nightly(loaded, config=config).run_id
     nightly_timings = store.get_run(loaded, run_id)["timings"]
     segments = store.read_segments(loaded, run_id)
     mape = store.read_forecast_results(loaded, run_id)["mape"]
@@ -797,17 +801,17 @@ def test_segment_keeps_the_number_of_segments_the_run_was_asked_for(loaded, mark
     --segments, segment now asks for the run's own K; with it, the new K is recorded and is the
     next segment's default."""
     config = _config(market_dir, truth_path=None, fusers=("rcc", "l2"), n_segments=4)
-    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    run_id = run_nightly(loaded, config=config).run_id
     _, labels, columns = store.read_base_clusterings(loaded, run_id)
     median = pipeline.choose_n_segments(columns, labels, None)
     assert median not in (3, 4)  # else the test could not tell the defaults apart
     again = _config(market_dir, truth_path=None, fusers=("l2",))
-    assert pipeline.run_segment(loaded, run_id, again)["n_segments"] == 4
+    assert run_segment(loaded, run_id, again)["n_segments"] == 4
     params = store.get_run(loaded, run_id)["parameters"]
     assert params["n_segments"] == 4 and params["resolved"]["n_segments_by_fuser"]["l2"] == 4
     assert store.read_segments(loaded, run_id)["l2"].nunique() == 4
-    pipeline.run_segment(loaded, run_id, replace(again, n_segments=3))
-    assert pipeline.run_segment(loaded, run_id, again)["n_segments"] == 3
+    run_segment(loaded, run_id, replace(again, n_segments=3))
+    assert run_segment(loaded, run_id, again)["n_segments"] == 3
     assert store.get_run(loaded, run_id)["parameters"]["n_segments"] == 3
 
 
@@ -817,7 +821,7 @@ def test_a_report_says_which_sources_segment_left_unscored(loaded, market_dir, d
     report was empty, silently (QA). The JSON lists them, the HTML says so above the MAPE
     tables, and the command warns on standard error (with --quiet too) what scores them."""
     config = _config(market_dir, truth_path=None, fusers=("rcc", "l2"), n_segments=4)
-    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    run_id = run_nightly(loaded, config=config).run_id
     base = ["report", "--run", str(run_id), "--database-url", db_url]
     res = runner.invoke(app, [*base, "--format", "json"])
     assert res.exit_code == 0 and "warning" not in res.output
@@ -864,14 +868,14 @@ def test_default_windows_fit_a_database_with_fewer_than_fourteen_days(engine, tm
     write_marketplace(simulate_marketplace(config), tmp_path / "market")
     write_batch(engine, read_directory(tmp_path / "market"))
     first, last = reads.delivery_date_range(engine)
-    windows = pipeline.default_windows(engine)
+    windows = default_windows(engine)
     day = dt.timedelta(days=1)
     assert (windows.train_start, windows.train_end) == (first, first + 2 * day)
     assert (windows.eval_start, windows.eval_end) == (first + 3 * day, last)
     with engine.begin() as conn:
         conn.execute(delete(Delivery).where(Delivery.date > first))
     with pytest.raises(ValueError, match="one day only"):
-        pipeline.default_windows(engine)
+        default_windows(engine)
 
 
 def test_output_paths_are_checked_before_any_work(engine, db_url, tmp_path):
@@ -905,7 +909,7 @@ def test_a_report_is_never_written_over_the_database_or_the_other_report(market_
     loaded = make_engine(url)
     migrate.upgrade(loaded)
     write_batch(loaded, read_directory(market_dir))
-    pipeline.run_nightly(loaded, config=_config(market_dir))
+    run_nightly(loaded, config=_config(market_dir))
     before = db.read_bytes()
     for args in (
         ["report", "--output", str(db)],
@@ -1134,7 +1138,7 @@ def test_truth_rows_of_advertisers_not_in_the_run_are_a_warning(
     truth = tmp_path / "truth_plus.csv"
     truth.write_text((market_dir / "truth.csv").read_text() + "zz-gone,0\n", encoding="utf-8")
     with caplog.at_level("WARNING", logger="adseg.pipeline"):
-        pipeline.run_nightly(loaded, config=_config(market_dir, truth_path=str(truth)))
+        run_nightly(loaded, config=_config(market_dir, truth_path=str(truth)))
     assert f"truth file {truth} names 1 advertiser(s) not in this run (e.g. zz-gone)" in (
         caplog.text
     )
@@ -1292,7 +1296,7 @@ def test_sigterm_during_a_run_marks_it_failed_and_releases_the_lock(
     assert store.lock_holder(loaded) is None
     assert store.read_segments(loaded, int(runs["run_id"].iloc[0])) == {}
     monkeypatch.setattr(pipeline, "build_views", real_views)
-    assert pipeline.run_nightly(loaded, config=_config(market_dir)).run_id > 0
+    assert run_nightly(loaded, config=_config(market_dir)).run_id > 0
 
 
 def test_a_failing_primary_fuser_stops_the_worker_processes():
@@ -1302,7 +1306,7 @@ def test_a_failing_primary_fuser_stops_the_worker_processes():
 
     labels = np.tile(np.arange(4), (2, 6)).T.reshape(-1, 2)[:12]
     with pytest.raises(ValueError, match="n_clusters"):
-        pipeline.fuse(labels, ["rcc", "l2"], 50, 0, "rcc", n_jobs=2)
+        fuse(labels, ["rcc", "l2"], 50, 0, "rcc", n_jobs=2)
     assert multiprocessing.active_children() == []
 
 
@@ -1330,7 +1334,7 @@ def test_a_fusers_warnings_and_a_short_count_are_notes_logged_once(monkeypatch, 
     monkeypatch.setitem(FUSERS, "collapsing", _Collapsing)
     labels = np.repeat(np.arange(4), 6)[:, None].repeat(3, axis=1)
     with caplog.at_level("WARNING", logger="adseg.pipeline"):
-        fusion = pipeline.fuse(labels, ["collapsing", "l2"], 4, 0, "l2", n_jobs=n_jobs)
+        fusion = fuse(labels, ["collapsing", "l2"], 4, 0, "l2", n_jobs=n_jobs)
     assert set(fusion.segmentations) == {"collapsing", "l2"} and fusion.errors == {}
     assert fusion.notes == {
         "collapsing": ["stopped at max_iter", "3 segments, fewer than the 4 asked"]
@@ -1370,16 +1374,16 @@ def test_segment_keeps_the_notes_and_errors_of_the_fusers_it_does_not_rerun():
             "fuser_notes": {"sccbg": ["51 segments, fewer than the 55 asked"], "l2": ["old"]},
         },
     }
-    fusion = pipeline.Fusion({"l2": np.zeros(3)}, {"l2": 0.1}, {}, {"l2": ["new"]})
+    fusion = Fusion({"l2": np.zeros(3)}, {"l2": 0.1}, {}, {"l2": ["new"]})
     config = _config(Path("."), fusers=("l2",))
-    params = pipeline._segment_parameters(stored, config, ["l2"], 55, fusion=fusion, ran=["l2"])
+    params = restage._segment_parameters(stored, config, ["l2"], 55, fusion=fusion, ran=["l2"])
     assert params["resolved"]["fuser_notes"] == {
         "sccbg": ["51 segments, fewer than the 55 asked"],
         "l2": ["new"],
     }
     assert params["resolved"]["fuser_errors"] == {"lta": "ValueError: no"}
-    fusion = pipeline.Fusion({"sccbg": np.zeros(3), "lta": np.zeros(3)}, {}, {}, {})
-    params = pipeline._segment_parameters(
+    fusion = Fusion({"sccbg": np.zeros(3), "lta": np.zeros(3)}, {}, {}, {})
+    params = restage._segment_parameters(
         stored, config, ["sccbg", "lta"], 55, fusion=fusion, ran=["sccbg", "lta"]
     )
     assert params["resolved"]["fuser_notes"] == {"l2": ["old"]}  # sccbg now made all 55
@@ -1399,19 +1403,19 @@ def test_segment_says_when_it_remakes_or_drops_the_recommended_source():
         },
     }
     config = _config(Path("."), fusers=("l2",))
-    params = pipeline._segment_parameters(stored, config, ["l2"], 7, ran=["l2"])
+    params = restage._segment_parameters(stored, config, ["l2"], 7, ran=["l2"])
     resolved = params["resolved"]
     assert resolved["recommended_source"] == "l2"
     assert resolved["recommendation_reason"] == (
         "lowest backtest MAPE; its segments were remade by `adseg segment` (K = 7) after the "
         "backtest chose it"
     )
-    again = pipeline._segment_parameters({**stored, "resolved": resolved}, config, ["l2"], 9)
+    again = restage._segment_parameters({**stored, "resolved": resolved}, config, ["l2"], 9)
     assert again["resolved"]["recommendation_reason"].count("remade") == 1
     assert "(K = 9)" in again["resolved"]["recommendation_reason"]
-    untouched = pipeline._segment_parameters(stored, config, ["rcc"], 7, ran=["rcc"])
+    untouched = restage._segment_parameters(stored, config, ["rcc"], 7, ran=["rcc"])
     assert untouched["resolved"]["recommendation_reason"] == "lowest backtest MAPE"
-    dropped = pipeline._segment_parameters(stored, config, ["rcc"], 7, dropped=["l2"])
+    dropped = restage._segment_parameters(stored, config, ["rcc"], 7, dropped=["l2"])
     assert dropped["resolved"]["recommended_source"] is None
     assert "dropped" in dropped["resolved"]["recommendation_reason"]
 
@@ -1424,21 +1428,21 @@ def test_a_new_advertiser_without_supply_history_is_counted_not_fatal(loaded, ma
 
     from adseg.report import render
 
-    windows = pipeline.default_windows(loaded)
+    windows = default_windows(loaded)
     with loaded.begin() as conn:
         newcomer = conn.execute(sql("SELECT min(advertiser_id) FROM delivery")).scalar()
         conn.execute(
             sql("DELETE FROM delivery WHERE advertiser_id = :a AND date < :d"),
             {"a": newcomer, "d": windows.eval_start},
         )
-    result = pipeline.run_nightly(loaded, windows, _config(market_dir, supply="both"))
+    result = run_nightly(loaded, windows, _config(market_dir, supply="both"))
     mape = result.result.mape
     by_mode = mape.groupby("supply_mode")["n_missing_forecast"].min()
     assert by_mode["forecast"] >= 1 and by_mode["actual"] == 0
     saved = store.read_forecast_results(loaded, result.run_id)["forecasts"]
     mine = saved[(saved["advertiser_id"] == newcomer) & (saved["supply_mode"] == "forecast")]
     assert len(mine) and mine["impressions_forecast"].isna().all()
-    data = pipeline.load_report_data(loaded, result.run_id)
+    data = load_report_data(loaded, result.run_id)
     doc = json.loads(render(data, "json"))
     assert doc["sources"]
     csv_text = render(data, "csv")
@@ -1455,14 +1459,14 @@ def test_a_run_whose_every_forecast_is_empty_still_renders_every_report(loaded, 
 
     from adseg.report import render
 
-    windows = pipeline.default_windows(loaded)
+    windows = default_windows(loaded)
     with loaded.begin() as conn:
         conn.execute(sql("DELETE FROM delivery WHERE date < :d"), {"d": windows.eval_start})
-    result = pipeline.run_nightly(loaded, windows, _config(market_dir, supply="forecast"))
+    result = run_nightly(loaded, windows, _config(market_dir, supply="forecast"))
     saved = store.read_forecast_results(loaded, result.run_id)["forecasts"]
     assert saved["impressions_forecast"].dtype == np.float64
     assert saved["impressions_forecast"].isna().all()
-    data = pipeline.load_report_data(loaded, result.run_id)
+    data = load_report_data(loaded, result.run_id)
     assert "<html" in render(data, "html").lower()
     assert all(
         v["impressions_mape"] is None for v in json.loads(render(data, "json"))["sources"].values()
@@ -1496,8 +1500,8 @@ def test_a_marketplace_too_small_for_any_view_is_a_clear_error(engine, db_url, t
 
 def test_report_defaults_to_the_latest_run_with_forecasts(loaded, market_dir, db_url):
     """A views-only run after the nightly must not turn `adseg report` into an empty report."""
-    first = pipeline.run_nightly(loaded, config=_config(market_dir))
-    views_run, _ = pipeline.run_views(loaded, pipeline.default_windows(loaded), _config(market_dir))
+    first = run_nightly(loaded, config=_config(market_dir))
+    views_run, _ = run_views(loaded, default_windows(loaded), _config(market_dir))
     assert views_run > first.run_id
     res = runner.invoke(app, ["report", "--database-url", db_url])
     assert res.exit_code == 0, res.output
@@ -1517,7 +1521,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(loaded, market_dir, db
 
     if not db_url.startswith("sqlite"):
         pytest.skip("one database is enough for a pipe")
-    run_id = pipeline.run_nightly(loaded, config=_config(market_dir)).run_id
+    run_id = run_nightly(loaded, config=_config(market_dir)).run_id
     adseg = Path(sys.executable).parent / "adseg"
     cmd = [str(adseg), "report", "--run", str(run_id), "--format", "csv", "--database-url", db_url]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
@@ -1823,7 +1827,7 @@ def test_a_stop_while_the_lock_is_taken_waits_until_the_run_row_names_it(
 
     monkeypatch.setattr(store, "create_run", interrupted_create)
     with signals_as_exceptions(), pytest.raises(Terminated):
-        pipeline.run_nightly(loaded, config=_config(market_dir))
+        run_nightly(loaded, config=_config(market_dir))
     runs = store.list_runs(loaded)
     assert len(runs) == 1 and runs["status"].tolist() == ["failed"]
     assert store.lock_holder(loaded) is None
@@ -1857,7 +1861,7 @@ def test_a_stop_while_the_lock_is_taken_waits_also_when_another_thread_takes_it(
     other.start()
     try:
         with signals_as_exceptions(), pytest.raises(Terminated):
-            pipeline.run_nightly(loaded, config=_config(market_dir))
+            run_nightly(loaded, config=_config(market_dir))
     finally:
         stop.set()
         other.join()
@@ -1870,7 +1874,7 @@ def test_the_next_nightly_fails_a_running_run_that_no_lock_names(loaded, market_
     """What a process killed between the two old transactions left behind (or any version
     before): a 'running' run for good. Under the lock, every other 'running' run is orphaned."""
     orphan = _bare_run(loaded)
-    done = pipeline.run_nightly(loaded, config=_config(market_dir))
+    done = run_nightly(loaded, config=_config(market_dir))
     assert store.get_run(loaded, orphan)["status"] == "failed"
     assert "no lock named the run" in store.get_run(loaded, orphan)["error"]
     assert store.get_run(loaded, done.run_id)["status"] == "completed"
@@ -1906,7 +1910,7 @@ def test_a_stop_inside_sqlalchemy_after_an_insert_still_marks_the_run_failed(
 
     monkeypatch.setattr(default.DefaultExecutionContext, "_setup_result_proxy", setup_then_stop)
     with pytest.raises(KeyboardInterrupt) as raised:
-        pipeline.run_nightly(loaded, config=_config(market_dir))
+        run_nightly(loaded, config=_config(market_dir))
     assert stopped
     run_id = raised.value.failed_run_id
     run = store.get_run(loaded, run_id)
@@ -1937,7 +1941,7 @@ def test_a_stop_as_a_fuser_worker_is_started_stops_that_worker_too(monkeypatch):
     labels = np.random.default_rng(0).integers(0, 8, size=(300, 10))
     try:
         with signals_as_exceptions(), pytest.raises(Terminated):
-            pipeline.fuse(labels, ["rcc", "l2"], 8, 0, "rcc", n_jobs=2)
+            fuse(labels, ["rcc", "l2"], 8, 0, "rcc", n_jobs=2)
         assert multiprocessing.active_children() == []
     finally:
         for child in multiprocessing.active_children():  # what the old code left behind
@@ -1954,7 +1958,7 @@ def test_a_report_reads_one_snapshot_of_its_run(loaded, market_dir, db_url, monk
     from adseg.store.engine import make_engine
     from adseg.store.models import Forecast, Metric
 
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    result = run_nightly(loaded, config=_config(market_dir))
     real = store.get_run
     other = make_engine(db_url)
 
@@ -1966,7 +1970,7 @@ def test_a_report_reads_one_snapshot_of_its_run(loaded, market_dir, db_url, monk
         return run
 
     monkeypatch.setattr(store, "get_run", get_run_then_clear)
-    data = pipeline.load_report_data(loaded, result.run_id)
+    data = load_report_data(loaded, result.run_id)
     other.dispose()
     assert len(data.mape) > 0 and len(data.forecasts) > 0
     assert len(store.read_forecast_results(loaded, result.run_id)["mape"]) == 0
@@ -1979,8 +1983,8 @@ def test_a_primary_fusers_refusal_names_the_fuser_and_the_run_terms(n_jobs):
     advertisers now come first; an alternative fuser's failure is recorded as before."""
     labels = np.column_stack([np.arange(4), np.array([0, 0, 1, 1])])
     with pytest.raises(ValueError, match=r"primary fuser trce \(4 segments asked of 4 "):
-        pipeline.fuse(labels, ["trce", "l2"], 4, seed=0, primary="trce", n_jobs=n_jobs)
-    fusion = pipeline.fuse(labels, ["l2", "trce"], 4, seed=0, primary="l2", n_jobs=n_jobs)
+        fuse(labels, ["trce", "l2"], 4, seed=0, primary="trce", n_jobs=n_jobs)
+    fusion = fuse(labels, ["l2", "trce"], 4, seed=0, primary="l2", n_jobs=n_jobs)
     assert fusion.errors["trce"].startswith("ValueError: n_clusters must be smaller")
 
 
@@ -2022,11 +2026,11 @@ def test_fuse_passes_each_fuser_its_options_in_process_and_in_workers():
     assert default.normalize_ == "l1"  # so that the option visibly changes the labels
     assert not np.array_equal(expected[True], expected["l1"])
     for n_jobs in (1, 2):
-        fusion = pipeline.fuse(
+        fusion = fuse(
             labels, ["rcc", "l2"], 5, 0, "rcc", n_jobs=n_jobs, options={"rcc": {"normalize": True}}
         )
         np.testing.assert_array_equal(fusion.segmentations["rcc"], expected[True])
-        plain = pipeline.fuse(labels, ["rcc"], 5, 0, "rcc", n_jobs=n_jobs)
+        plain = fuse(labels, ["rcc"], 5, 0, "rcc", n_jobs=n_jobs)
         np.testing.assert_array_equal(plain.segmentations["rcc"], expected["l1"])
 
 
@@ -2049,18 +2053,16 @@ def test_fuser_options_are_recorded_and_bad_ones_refused_before_a_run(loaded, ma
     assert store.list_runs(loaded).empty and store.lock_holder(loaded) is None
 
     config = _config(market_dir, fuser_options={"rcc": {"normalize": True}, "l2": {"n_init": 3}})
-    result = pipeline.run_nightly(loaded, config=config)
+    result = run_nightly(loaded, config=config)
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fuser_options"] == {"rcc": {"normalize": True}, "l2": {"n_init": 3}}
     again = replace(config, fusers=("rcc",), fuser_options={"rcc": {"normalize": "l1"}})
-    pipeline.run_segment(loaded, result.run_id, again)
+    run_segment(loaded, result.run_id, again)
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fuser_options"] == {"rcc": {"normalize": "l1"}, "l2": {"n_init": 3}}
     with pytest.raises(ValueError, match="--fuser-option for rcc, which this command does not"):
-        pipeline.run_segment(
-            loaded, result.run_id, replace(again, fusers=("l2",), primary_fuser="l2")
-        )
-    pipeline.run_segment(loaded, result.run_id, replace(again, fuser_options={}))
+        run_segment(loaded, result.run_id, replace(again, fusers=("l2",), primary_fuser="l2"))
+    run_segment(loaded, result.run_id, replace(again, fuser_options={}))
     params = store.get_run(loaded, result.run_id)["parameters"]
     assert params["fuser_options"] == {"l2": {"n_init": 3}}
 
@@ -2082,8 +2084,8 @@ def test_choices_never_read_the_evaluation_window(loaded, market_dir):
     from adseg.store.models import Delivery
 
     config = _config(market_dir, truth_path=None)
-    first = pipeline.run_nightly(loaded, config=config)
-    windows = pipeline.default_windows(loaded)
+    first = run_nightly(loaded, config=config)
+    windows = default_windows(loaded)
     with loaded.begin() as conn:
         conn.execute(
             sa.update(Delivery)
@@ -2095,7 +2097,7 @@ def test_choices_never_read_the_evaluation_window(loaded, market_dir):
                 bid_micros=Delivery.bid_micros * 2,
             )
         )
-    second = pipeline.run_nightly(loaded, config=config)
+    second = run_nightly(loaded, config=config)
     chosen = [store.get_run(loaded, r.run_id)["parameters"]["resolved"] for r in (first, second)]
     for key in ("recommended_source", "model", "column_weights", "backtest"):
         assert chosen[0][key] == chosen[1][key], key
@@ -2112,7 +2114,7 @@ def test_choices_never_read_the_evaluation_window(loaded, market_dir):
 
 
 def test_nightly_records_the_recommendation_and_size_bands(loaded, market_dir):
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    result = run_nightly(loaded, config=_config(market_dir))
     resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
     scored = {row["source"] for row in resolved["backtest"]}
     assert resolved["recommended_source"] in scored
@@ -2146,7 +2148,7 @@ def test_a_model_view_that_does_not_converge_is_noted_and_not_recommended(
         return MixtureSegmentation(n_components, max_iter=1, tol=0.0, random_state=seed)
 
     monkeypatch.setattr(model_stage, "estimator", one_iteration)
-    result = pipeline.run_nightly(loaded, config=_config(market_dir))
+    result = run_nightly(loaded, config=_config(market_dir))
     resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
     assert any("did not converge" in note for note in resolved["model"]["notes"])
     assert resolved["recommended_source"] == "rcc" == result.recommended_source
@@ -2162,7 +2164,7 @@ def test_a_backtest_whose_held_out_actuals_are_all_zero_falls_back(loaded, marke
     from adseg.model_stage import backtest_split
     from adseg.store.models import Delivery
 
-    windows = pipeline.default_windows(loaded)
+    windows = default_windows(loaded)
     first_held = backtest_split(windows.train_start, windows.train_end)[1]
     with loaded.begin() as conn:
         conn.execute(
@@ -2170,7 +2172,7 @@ def test_a_backtest_whose_held_out_actuals_are_all_zero_falls_back(loaded, marke
             .where((Delivery.date >= first_held) & (Delivery.date <= windows.train_end))
             .values(impressions=0, spend_micros=0)
         )
-    result = pipeline.run_nightly(loaded, windows, _config(market_dir, truth_path=None))
+    result = run_nightly(loaded, windows, _config(market_dir, truth_path=None))
     resolved = store.get_run(loaded, result.run_id)["parameters"]["resolved"]
     assert result.recommended_source == resolved["recommended_source"] == "rcc"
     assert any("backtest failed" in note for note in resolved["model"]["notes"])
@@ -2214,16 +2216,16 @@ def test_segment_and_forecast_keep_the_size_bands_in_step_with_the_scores(loaded
     from adseg.selection import mape_by_band
 
     config = _config(market_dir, truth_path=None)
-    run_id = pipeline.run_nightly(loaded, config=config).run_id
+    run_id = run_nightly(loaded, config=config).run_id
 
     def bands():
         resolved = store.get_run(loaded, run_id)["parameters"]["resolved"]
         return pd.DataFrame(resolved["mape_by_band"])
 
-    pipeline.run_segment(loaded, run_id, replace(config, n_segments=4))
+    run_segment(loaded, run_id, replace(config, n_segments=4))
     assert set(bands()["source"]) == {"model", "own", "global"}  # the others are unscored
-    result = pipeline.run_forecast(loaded, run_id, config)
-    data = pipeline.pull(loaded, pipeline.default_windows(loaded))
+    result = run_forecast(loaded, run_id, config)
+    data = pull(loaded, default_windows(loaded))
     counts = [len(s) for s in data.win_samples]
     expected = mape_by_band(result.forecasts, data.advertiser_ids, counts)
     pd.testing.assert_frame_equal(bands(), expected, check_dtype=False)
@@ -2267,7 +2269,7 @@ def test_the_fusers_are_never_asked_more_segments_than_the_views_tell_apart(engi
     market.advertisers["description"] = ""
     write_marketplace(market, tmp_path)
     write_batch(engine, read_directory(tmp_path))
-    result = pipeline.run_nightly(engine, config=pipeline.NightlyConfig(fusers=FAST_FUSERS, seed=0))
+    result = run_nightly(engine, config=pipeline.NightlyConfig(fusers=FAST_FUSERS, seed=0))
     resolved = store.get_run(engine, result.run_id)["parameters"]["resolved"]
     _, labels, _ = store.read_base_clusterings(engine, result.run_id)
     assert resolved["n_segments"] <= count_label_groups(labels)[0] < resolved["model"]["k"]
@@ -2287,7 +2289,7 @@ def test_the_recommended_source_pays_off(half_default_engine):
             fusers=FAST_FUSERS, supply="actual", truth_path=str(out / "truth.csv"),
             paper_fusion=paper,
         )  # fmt: skip
-        runs[paper] = pipeline.run_nightly(engine, config=config)
+        runs[paper] = run_nightly(engine, config=config)
     mape = runs[False].result.mape.set_index(["source", "method"])["impressions_mape"]
     best = runs[False].recommended_source
     for method in ("segment", "blended"):

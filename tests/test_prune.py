@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from adseg import pipeline
+from adseg.app.nightly import run_nightly
 from adseg.cli import app
 from adseg.ingest import read_directory
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
@@ -27,7 +28,7 @@ def market_dir(tmp_path_factory):
 
 def _nightly(engine) -> int:
     config = pipeline.NightlyConfig(fusers=("l2",), primary_fuser="l2", seed=0, supply="actual")
-    return pipeline.run_nightly(engine, config=config).run_id
+    return run_nightly(engine, config=config).run_id
 
 
 def _failed_run(engine) -> int:

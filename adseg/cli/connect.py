@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from adseg.cli.errors import EXIT_BAD_INPUT, CliError
-from adseg.config import database_url, sqlite_file
+from adseg.store.url import database_url, sqlite_file
 
 
 def _engine(url_flag: str | None, *, create: bool = False, writes: bool = True):

@@ -14,7 +14,7 @@ from adseg.cli.console import err, out
 from adseg.cli.errors import EXIT_TEMPFAIL, CliError, _fail, handle_errors
 from adseg.cli.options import RUN_ID, DatabaseUrl, Quiet
 from adseg.cli.output import _counted
-from adseg.config import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
+from adseg.store.url import SQLITE_SIDE_FILES, database_url, mask_url, sqlite_file
 
 db_app = typer.Typer(help="Database schema: migrate and inspect.", no_args_is_help=True)
 
@@ -179,7 +179,7 @@ def db_prune(
     still marked running is never deleted. Takes the nightly lock (exit 75 while a nightly,
     `views`, `segment` or `forecast` runs). SQLite reuses the freed space for later runs;
     `--vacuum` gives it back to the disk."""
-    from adseg.pipeline import prune_runs
+    from adseg.app.prune import prune_runs
     from adseg.store.results import RunLockedError
 
     engine = _engine(database_url_, writes=not dry_run)  # a dry run only counts

@@ -63,9 +63,8 @@ def handle_errors(fn: Callable) -> Callable:
         try:
             # imported inside: a stop during these (slow, first) imports is a stop like any
             # other, not a traceback; the stop clause comes first, before these names are needed
-            from sqlalchemy.exc import DatabaseError
-
             from adseg.ingest import IngestError
+            from adseg.store.errors import DatabaseError
 
             check_pending()  # a stop whose exception was lost in the imports: before any work
             out = fn(*args, **kwargs)

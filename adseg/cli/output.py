@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from adseg.cli.errors import CliError
-from adseg.config import SQLITE_SIDE_FILES, database_url, sqlite_file
+from adseg.store.url import SQLITE_SIDE_FILES, database_url, sqlite_file
 
 
 def show_progress(quiet: bool) -> bool:

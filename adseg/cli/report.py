@@ -67,7 +67,7 @@ def _format_of(output: Path | None) -> str:
 def _render_report(engine, run_id: int, fmt: str, *, warn: bool = False) -> str:
     """The report of ``run_id`` in ``fmt``; with ``warn``, a warning on standard error when some
     of the run's segments have no scores (the report cannot show them)."""
-    from adseg.pipeline import load_report_data
+    from adseg.app.reports import load_report_data
     from adseg.report import render
 
     data = load_report_data(engine, run_id)

@@ -51,7 +51,8 @@ from adseg.interrupts import (
 
 
 def _windows(engine, train_start, train_end, eval_start, eval_end):
-    from adseg.pipeline import Windows, default_windows
+    from adseg.app.inputs import default_windows
+    from adseg.pipeline import Windows
 
     given = [train_start, train_end, eval_start, eval_end]
     if all(d is None for d in given):
@@ -144,9 +145,9 @@ def nightly(
     during the run (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
     standard output went away."""
-    from sqlalchemy.exc import DatabaseError
-
-    from adseg.pipeline import NightlyConfig, run_nightly
+    from adseg.app.nightly import run_nightly
+    from adseg.pipeline import NightlyConfig
+    from adseg.store.errors import DatabaseError
     from adseg.store.results import RunLockedError
 
     _setup_logging(quiet, verbose)
@@ -386,7 +387,8 @@ def views_command(
 
     The clusterings are stored as a run of kind 'views' (for `adseg segment --run`). Table 4:
     clusters per view and α; Table 5: win-rate/eCPM consistency."""
-    from adseg.pipeline import NightlyConfig, run_views
+    from adseg.app.restage import run_views
+    from adseg.pipeline import NightlyConfig
     from adseg.store.results import RunLockedError
     from adseg.views import clusters_per_view, view_consistency
 
@@ -482,7 +484,8 @@ def segment_command(
 
     Makes each fuser's consensus and the single-view sources (win_rate, ecpm, text) at the chosen
     number of segments; `adseg forecast --run` scores them."""
-    from adseg.pipeline import NightlyConfig, run_segment
+    from adseg.app.restage import run_segment
+    from adseg.pipeline import NightlyConfig
     from adseg.store.results import RunLockedError, RunNotFoundError
 
     options = _fuser_options(fuser_option)
@@ -551,7 +554,8 @@ def forecast_command(
     quiet: Quiet = False,
 ) -> None:
     """Regenerate segment c.d.f.s, forecast the run's evaluation window and score every source."""
-    from adseg.pipeline import NightlyConfig, run_forecast
+    from adseg.app.restage import run_forecast
+    from adseg.pipeline import NightlyConfig
     from adseg.store.results import RunLockedError, RunNotFoundError
 
     forecast_options = _forecast_options(

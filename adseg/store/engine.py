@@ -12,7 +12,7 @@ from urllib.parse import quote
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-from adseg.config import SQLITE_SIDE_FILES, sqlite_file
+from adseg.store.url import SQLITE_SIDE_FILES, sqlite_file
 
 log = logging.getLogger(__name__)
 

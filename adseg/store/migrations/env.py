@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from alembic import context
 
-from adseg.config import database_url
 from adseg.store.engine import make_engine
 from adseg.store.migrate import lock_migrations, refuse_foreign_tables
 from adseg.store.models import Base
+from adseg.store.url import database_url
 
 config = context.config
 target_metadata = Base.metadata
