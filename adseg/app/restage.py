@@ -79,8 +79,9 @@ def run_segment(
     ``"unscored"`` in the result lists the sources that had some.
 
     The single-view sources attach advertisers left out of a KS view by their training-window
-    samples (:func:`attach_excluded`), read again: one auction query over the training window.
-    The run's parameters record the fusers and the resolved number of segments, as a nightly's do.
+    samples (:func:`adseg.pipeline.attach_excluded`), read again: one auction query over the
+    training window. The run's parameters record the fusers and the resolved number of segments,
+    as a nightly's do.
     """
 
     def work(run):

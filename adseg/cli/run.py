@@ -83,58 +83,64 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+NightlyFusers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fuser",
+        help="Fuser(s) to run (repeatable); default: every registered one, except lta and "
+        "trce above 2,000 advertisers (their cost grows about with n³).",
+    ),
+]
+Primary = Annotated[str, typer.Option(help="The fuser whose segments are the product.")]
+NightlySegments = Annotated[
+    int | None,
+    typer.Option(
+        help="Number of segments of the model view and the fusers (default: the model "
+        "view's by backtest on the training window, the fusers' the median cluster count "
+        "of the KS views).",
+        min=1,
+    ),
+]
+PaperFusion = Annotated[
+    bool,
+    typer.Option(
+        "--paper-fusion",
+        help="Fuse the paper's views only, equally weighted (default: the model view too, "
+        "each clustering weighted by its backtest score). The model view stays a source.",
+    ),
+]
+Truth = Annotated[
+    Path | None,
+    typer.Option(help="truth.csv of a simulated marketplace: adds a 'truth' source."),
+]
+ReportHtml = Annotated[Path | None, typer.Option(help="Also write the HTML report to this file.")]
+ReportJson = Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+
+
 @handle_errors
 def nightly(
     train_start: TrainStart = None,
     train_end: TrainEnd = None,
     eval_start: EvalStart = None,
     eval_end: EvalEnd = None,
-    fuser: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--fuser",
-            help="Fuser(s) to run (repeatable); default: every registered one, except lta and "
-            "trce above 2,000 advertisers (their cost grows about with n³).",
-        ),
-    ] = None,
-    primary: Annotated[str, typer.Option(help="The fuser whose segments are the product.")] = "rcc",
+    fuser: NightlyFusers = None,
+    primary: Primary = "rcc",
     fuser_option: FuserOption = None,
-    segments: Annotated[
-        int | None,
-        typer.Option(
-            help="Number of segments of the model view and the fusers (default: the model "
-            "view's by backtest on the training window, the fusers' the median cluster count "
-            "of the KS views).",
-            min=1,
-        ),
-    ] = None,
-    paper_fusion: Annotated[
-        bool,
-        typer.Option(
-            "--paper-fusion",
-            help="Fuse the paper's views only, equally weighted (default: the model view too, "
-            "each clustering weighted by its backtest score). The model view stays a source.",
-        ),
-    ] = False,
+    segments: NightlySegments = None,
+    paper_fusion: PaperFusion = False,
     supply: Supply = "both",
     supply_model: SupplyModel = "ses",
     supply_engine: SupplyEngine = "numpy",
     spend_price: SpendPrice = "cost",
     seed: Seed = 0,
     min_samples: MinSamples = 20,
-    truth: Annotated[
-        Path | None,
-        typer.Option(help="truth.csv of a simulated marketplace: adds a 'truth' source."),
-    ] = None,
-    report_html: Annotated[
-        Path | None, typer.Option(help="Also write the HTML report to this file.")
-    ] = None,
-    report_json: Annotated[
-        Path | None, typer.Option(help="Also write the JSON report to this file.")
-    ] = None,
+    truth: Truth = None,
+    report_html: ReportHtml = None,
+    report_json: ReportJson = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """The nightly job: pull → views → model (backtest) → fuse → forecast → score → report.
 
@@ -145,10 +151,7 @@ def nightly(
     during the run (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
     standard output went away."""
-    from adseg.app.nightly import run_nightly
     from adseg.pipeline import NightlyConfig
-    from adseg.store.errors import DatabaseError
-    from adseg.store.results import RunLockedError
 
     _setup_logging(quiet, verbose)
     forecast_options = _forecast_options(
@@ -181,21 +184,39 @@ def nightly(
     )
     config.fuser_names()  # validate names before taking the lock
     if truth is not None:
-        from adseg.pipeline import read_truth
-        from adseg.store.load import known_advertiser_ids
+        _check_truth(engine, truth)
+    result = _run_nightly(engine, windows, config, reports, quiet)
+    _finish_nightly(engine, result, windows, reports, quiet)
 
-        try:
-            named = read_truth(truth)  # at the door: a bad file must not become a failed run
-        except (FileNotFoundError, ValueError) as exc:
-            raise CliError(f"--truth: {exc}") from None
-        if not named.index.isin(list(known_advertiser_ids(engine))).any():
-            raise CliError(
-                f"--truth: {truth} names none of the database's advertisers (is it the truth "
-                "file of the marketplace this database was loaded from?)"
-            )
+
+def _check_truth(engine, truth: Path) -> None:
+    """Refuse (CliError, at the door: a bad file must not become a failed run) a --truth file
+    that cannot be read or names none of the database's advertisers."""
+    from adseg.pipeline import read_truth
+    from adseg.store.load import known_advertiser_ids
+
+    try:
+        named = read_truth(truth)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(f"--truth: {exc}") from None
+    if not named.index.isin(list(known_advertiser_ids(engine))).any():
+        raise CliError(
+            f"--truth: {truth} names none of the database's advertisers (is it the truth "
+            "file of the marketplace this database was loaded from?)"
+        )
+
+
+def _run_nightly(engine, windows, config, reports: dict[str, Path | None], quiet: bool):
+    """``run_nightly``, its failures turned into the command's line and exit code: 75 for a
+    held lock, the stop's for a stop (a run completed before it stays), handle_errors' for bad
+    data or an unwritable database, 1 for any other failure (the run row has the error)."""
+    from adseg.app.nightly import run_nightly
+    from adseg.store.errors import DatabaseError
+    from adseg.store.results import RunLockedError
+
     progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
-        result = run_nightly(engine, windows, config, progress)
+        return run_nightly(engine, windows, config, progress)
     except RunLockedError as exc:
         _fail(str(exc), EXIT_TEMPFAIL)
     except (KeyboardInterrupt, Terminated) as exc:
@@ -210,26 +231,21 @@ def nightly(
         run_id = getattr(exc, "failed_run_id", None)
         what = "nightly run" if run_id is None else f"run {run_id}"
         _fail(f"{what} failed: {error_text(exc)}", EXIT_FAILED)
+
+
+def _finish_nightly(engine, result, windows, reports: dict[str, Path | None], quiet: bool):
+    """Print the run's tables (unless ``quiet``) and write each report file asked for that can
+    be written, whatever the others; exit 1 naming those that could not (the run is stored)."""
     written: list[str] = []
     unwritten: list[str] = []
     try:
         if not quiet:
             print_nightly(result, windows)
-        for fmt, path in reports.items():  # each one that can be written, whatever the others
+        for fmt, path in reports.items():
             if path is None:
                 continue
-            try:
-                _write_report(engine, result.run_id, fmt, path)
-            except BrokenPipeError:
-                raise  # `--report-html /dev/stdout | head`: handle_errors ends quietly (141)
-            except OSError as exc:  # checked at the door; a full disk can still happen
-                again = (
-                    f"adseg report --run {result.run_id} --format {fmt} -o {shlex.quote(str(path))}"
-                )
-                unwritten.append(
-                    f"the {fmt.upper()} report could not be written: {path}: {exc.strerror} "
-                    f"(`{again}` writes it again)"
-                )
+            if (problem := _write_nightly_report(engine, result.run_id, fmt, path)) is not None:
+                unwritten.append(problem)
                 continue
             written.append(fmt)
             if not quiet:
@@ -243,6 +259,22 @@ def nightly(
             + "; ".join(unwritten),
             EXIT_FAILED,
         )
+
+
+def _write_nightly_report(engine, run_id: int, fmt: str, path: Path) -> str | None:
+    """Write run ``run_id``'s ``fmt`` report to ``path``; None when written, else the sentence
+    saying it was not (with the command that writes it again)."""
+    try:
+        _write_report(engine, run_id, fmt, path)
+    except BrokenPipeError:
+        raise  # `--report-html /dev/stdout | head`: handle_errors ends quietly (141)
+    except OSError as exc:  # checked at the door; a full disk can still happen
+        again = f"adseg report --run {run_id} --format {fmt} -o {shlex.quote(str(path))}"
+        return (
+            f"the {fmt.upper()} report could not be written: {path}: {exc.strerror} "
+            f"(`{again}` writes it again)"
+        )
+    return None
 
 
 def print_nightly(result, windows) -> None:

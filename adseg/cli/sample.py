@@ -82,27 +82,7 @@ def sample_generate(
     preset = family_config(family)
     if advertisers is None:
         advertisers = preset.n_advertisers
-    if out_dir.exists() and not out_dir.is_dir():
-        raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
-    if segments is not None and advertisers >= 1 and segments > advertisers:
-        # config.json would record segments no advertiser could be drawn into
-        raise CliError(f"--segments must be ≤ --advertisers ({advertisers}); got {segments}.")
-    if not force and out_dir.is_dir() and (found := sorted(p.name for p in out_dir.iterdir())):
-        # an inbox named by mistake would have its data replaced by simulated data, and files
-        # left beside ours (advertisers.csv beside advertisers.csv.gz) make it fail to ingest
-        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
-        raise CliError(
-            f"--out {out_dir} is not empty ({shown}): give a new or empty folder, or --force "
-            "to write into it anyway"
-        )
-    if force and (clash := _other_table_forms(out_dir)):
-        # ingest refuses a folder with two files for one table: the sample written beside
-        # these could not be loaded from it
-        them = "it" if len(clash) == 1 else "them"
-        raise CliError(
-            f"--out {out_dir} holds {', '.join(clash)}: beside the .csv.gz files written here, "
-            f"ingest would find two files for one table; remove or move {them} first"
-        )
+    _check_out_folder(out_dir, advertisers, segments, force)
     try:
         config = family_config(
             family,
@@ -129,6 +109,33 @@ def sample_generate(
         )
         for name, path in paths.items():
             out.print(f"  {name}: {path}", markup=False)
+
+
+def _check_out_folder(out_dir: Path, advertisers: int, segments: int | None, force: bool) -> None:
+    """Refuse (CliError) an --out that is a file, more --segments than --advertisers, a folder
+    that is not empty (without --force), or, with --force, one holding a table file that ingest
+    would find beside the one written."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CliError(f"--out {out_dir} is a file; give a folder to write the files into")
+    if segments is not None and advertisers >= 1 and segments > advertisers:
+        # config.json would record segments no advertiser could be drawn into
+        raise CliError(f"--segments must be ≤ --advertisers ({advertisers}); got {segments}.")
+    if not force and out_dir.is_dir() and (found := sorted(p.name for p in out_dir.iterdir())):
+        # an inbox named by mistake would have its data replaced by simulated data, and files
+        # left beside ours (advertisers.csv beside advertisers.csv.gz) make it fail to ingest
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise CliError(
+            f"--out {out_dir} is not empty ({shown}): give a new or empty folder, or --force "
+            "to write into it anyway"
+        )
+    if force and (clash := _other_table_forms(out_dir)):
+        # ingest refuses a folder with two files for one table: the sample written beside
+        # these could not be loaded from it
+        them = "it" if len(clash) == 1 else "them"
+        raise CliError(
+            f"--out {out_dir} holds {', '.join(clash)}: beside the .csv.gz files written here, "
+            f"ingest would find two files for one table; remove or move {them} first"
+        )
 
 
 def _other_table_forms(folder: Path) -> list[str]:

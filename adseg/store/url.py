@@ -1,4 +1,4 @@
-"""Settings from flags and the environment.
+"""The database URL from flags and the environment, its checks, and its password masking.
 
 Precedence: command-line flag > environment variable > default.
 * ``ADSEG_DATABASE_URL`` / ``--database-url``: a SQLAlchemy URL, SQLite or PostgreSQL.
