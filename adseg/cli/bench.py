@@ -40,11 +40,21 @@ def bench_consensus(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Also write the markdown table here.")
     ] = None,
+    datasets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--datasets",
+            metavar="DIR",
+            help="The benchmark data folder (default: $ADSEG_DATASETS, else shared/datasets "
+            "in or beside the working directory).",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """The paper's Table 2 protocol (seed 003): ACC of k-means, KC, l2 and rcc on the benchmark
-    data sets in ../shared/datasets, items shuffled with recorded seeds."""
-    from adseg.bench_table2 import (
+    data sets (--datasets, $ADSEG_DATASETS or ../shared/datasets), items shuffled with recorded
+    seeds."""
+    from adseg_research.bench_table2 import (
         PREPROCESSING,
         TABLE2_DATASETS,
         check_table2_name,
@@ -52,7 +62,7 @@ def bench_consensus(
         format_table2,
         run_table2,
     )
-    from adseg.datasets import datasets_dir
+    from adseg_research.datasets import find_datasets_dir
 
     methods = default_methods()
     if unknown := [m for m in method or [] if m not in methods]:
@@ -76,10 +86,10 @@ def bench_consensus(
             f"--seed + --repetitions - 1 must be at most 2**32 - 1 (repetition r uses seed + r); "
             f"got {seed} + {repetitions} - 1"
         )
-    datasets_dir()  # a clear error when the shared data are absent
+    data_dir = find_datasets_dir(datasets_dir)  # a clear error (exit 2) when the folder is missing
     names = dataset or list(TABLE2_DATASETS)
     for name in names:
-        check_table2_name(name)
+        check_table2_name(name, data_dir)
     _check_output(output, "--output")
     progress = None if quiet else (lambda line: err.print(f"[dim]… {line}[/dim]"))
     with _one_blas_thread():
@@ -91,6 +101,7 @@ def bench_consensus(
             preprocessing=preprocessing or ["raw"],
             methods={m: methods[m] for m in method} if method else methods,
             progress=progress,
+            data_dir=data_dir,
         )
     table = format_table2(frame)
     if not quiet:
