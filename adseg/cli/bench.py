@@ -55,7 +55,6 @@ def bench_consensus(
     data sets (--datasets, $ADSEG_DATASETS or ../shared/datasets), items shuffled with recorded
     seeds."""
     from adseg_research.bench_table2 import (
-        PREPROCESSING,
         TABLE2_DATASETS,
         check_table2_name,
         default_methods,
@@ -65,22 +64,9 @@ def bench_consensus(
     from adseg_research.datasets import find_datasets_dir
 
     methods = default_methods()
-    if unknown := [m for m in method or [] if m not in methods]:
-        raise CliError(
-            f"--method {unknown[0]!r} is not a Table 2 column; choose from "
-            + ", ".join(repr(m) for m in methods)
-        )
-    if unknown := [p for p in preprocessing or [] if p not in PREPROCESSING]:
-        raise CliError(f"--preprocessing must be raw or standardized; got {unknown[0]!r}")
     # every check before the first fit, so that a bad name after a good one fails at once, not
     # minutes in
-    for option, values in (
-        ("--dataset", dataset),
-        ("--method", method),
-        ("--preprocessing", preprocessing),
-    ):
-        if values and (twice := sorted({v for v in values if values.count(v) > 1})):
-            raise CliError(f"{option} {twice[0]!r} is given twice (its runs would be pooled)")
+    _check_choices(dataset, method, preprocessing, methods)
     if seed + repetitions - 1 > 2**32 - 1:
         raise CliError(
             f"--seed + --repetitions - 1 must be at most 2**32 - 1 (repetition r uses seed + r); "
@@ -108,6 +94,32 @@ def bench_consensus(
         out.print(table, markup=False)
     if output is not None:
         _write_atomic(output, table + "\n")
+
+
+def _check_choices(
+    dataset: list[str] | None,
+    method: list[str] | None,
+    preprocessing: list[str] | None,
+    methods: dict,
+) -> None:
+    """CliError (exit 2) for a --method that is not a column of ``methods``, a --preprocessing
+    other than raw / standardized, or a value given twice to a repeatable option."""
+    from adseg_research.bench_table2 import PREPROCESSING
+
+    if unknown := [m for m in method or [] if m not in methods]:
+        raise CliError(
+            f"--method {unknown[0]!r} is not a Table 2 column; choose from "
+            + ", ".join(repr(m) for m in methods)
+        )
+    if unknown := [p for p in preprocessing or [] if p not in PREPROCESSING]:
+        raise CliError(f"--preprocessing must be raw or standardized; got {unknown[0]!r}")
+    for option, values in (
+        ("--dataset", dataset),
+        ("--method", method),
+        ("--preprocessing", preprocessing),
+    ):
+        if values and (twice := sorted({v for v in values if values.count(v) > 1})):
+            raise CliError(f"{option} {twice[0]!r} is given twice (its runs would be pooled)")
 
 
 def _one_blas_thread():
