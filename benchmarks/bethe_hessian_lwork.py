@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from adseg.bench import machine_summary, recorded_command, write_results
 from adseg.views import _bethe_hessian, _bethe_hessian_count, _negative_pivots
+from adseg_research.bench import machine_summary, recorded_command, write_results
 
 RESULTS = Path(__file__).parent / "results"
 

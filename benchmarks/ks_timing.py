@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from adseg.bench import write_results
 from adseg.landscape import ks_statistic_matrix
+from adseg_research.bench import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
