@@ -254,8 +254,8 @@ def evaluate_sources(
         "win": SampleSet(win_samples, name="win_samples"),
         "cost": SampleSet(cost_samples, name="cost_samples"),
     }
-    run = _Run(ids, samples, sources, own_reference, options, t0)
-    return _evaluate(run, train_delivery, ev)
+    inputs = _Inputs(ids, samples, sources, own_reference, options, t0)
+    return _evaluate(inputs, train_delivery, ev)
 
 
 @dataclass(frozen=True)
@@ -342,7 +342,7 @@ def _checked_sources(
 
 
 @dataclass
-class _Run:
+class _Inputs:
     """One evaluation's checked inputs: ``ids`` (n,), ``samples`` {"win"|"cost": SampleSet},
     ``sources`` {name: (n,) labels}, ``own_reference`` (see ``_checked_sources``), the options
     and ``t0``, the ``time.perf_counter()`` it started at."""
@@ -371,22 +371,24 @@ class _EvalRows:
     spend: np.ndarray
 
 
-def _evaluate(run: _Run, train_delivery: pd.DataFrame | None, ev: pd.DataFrame) -> ForecastResult:
+def _evaluate(
+    inputs: _Inputs, train_delivery: pd.DataFrame | None, ev: pd.DataFrame
+) -> ForecastResult:
     """:func:`evaluate_sources` after its checks: index the samples, forecast the supply if
     asked, tabulate the segments' c.d.f.s, prepare the κ selection, forecast every source and
     score it, timing each stage."""
-    samples, n, opts = run.samples, run.ids.size, run.options
+    samples, n, opts = inputs.samples, inputs.ids.size, inputs.options
     own = {k: s.pool(np.arange(n), n) for k, s in samples.items()}
     pooled = {k: s.pool(np.zeros(n, dtype=np.int64), 1) for k, s in samples.items()}
-    timings = {"index_samples": time.perf_counter() - run.t0}
-    train_bids = _train_bids(train_delivery, run.ids)
-    rows = _eval_rows(ev, run.ids)
+    timings = {"index_samples": time.perf_counter() - inputs.t0}
+    train_bids = _train_bids(train_delivery, inputs.ids)
+    rows = _eval_rows(ev, inputs.ids)
     supply_frame = None
     if "forecast" in opts.modes:
         t = time.perf_counter()
         rows.supply["forecast"], supply_frame = supply_for_rows(
             train_delivery,
-            run.ids,
+            inputs.ids,
             rows.adv,
             _dates(ev["date"], "eval_delivery"),
             model=opts.supply_model,
@@ -395,7 +397,7 @@ def _evaluate(run: _Run, train_delivery: pd.DataFrame | None, ev: pd.DataFrame) 
         timings["supply_forecast"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    cdf_tables, size_tables = _segment_tables(run)
+    cdf_tables, size_tables = _segment_tables(inputs)
     timings["segment_cdfs"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -409,7 +411,7 @@ def _evaluate(run: _Run, train_delivery: pd.DataFrame | None, ev: pd.DataFrame) 
 
     t = time.perf_counter()
     out_frames, kappa_rows, kappa_used = [], [], {}
-    for name, seg in run.sources.items():  # loop over sources
+    for name, seg in inputs.sources.items():  # loop over sources
         segment_lands = {
             k: Landscape.build(s, seg, math.inf, own=own[k], pooled=pooled[k])
             for k, s in samples.items()
@@ -417,12 +419,12 @@ def _evaluate(run: _Run, train_delivery: pd.DataFrame | None, ev: pd.DataFrame) 
         for meth in opts.methods:
             lands = _method_landscapes(name, seg, meth, segment_lands, opts, selectors, kappa_rows)
             kappa_used[(name, meth)] = (lands["win"].kappa, lands["cost"].kappa)
-            out_frames += _forecast_frames(run, rows, name, seg, meth, lands)
+            out_frames += _forecast_frames(inputs, rows, name, seg, meth, lands)
     timings["forecast"] = time.perf_counter() - t
 
     forecasts = pd.concat(out_frames, ignore_index=True)
     scores = _scores(forecasts, kappa_used)
-    timings["total"] = time.perf_counter() - run.t0
+    timings["total"] = time.perf_counter() - inputs.t0
     return ForecastResult(
         forecasts=forecasts.drop(columns="n_segments"),
         mape=scores,
@@ -472,15 +474,15 @@ def _eval_rows(ev: pd.DataFrame, ids: np.ndarray) -> _EvalRows:
     )
 
 
-def _segment_tables(run: _Run) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+def _segment_tables(inputs: _Inputs) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
     """Per source: its segments' pooled c.d.f.s on a common grid per kind (the added reference
     "own" left out: n tiny c.d.f.s, not worth persisting or plotting) and its segment sizes."""
-    samples = run.samples
-    grids = {k: cdf_grid(s, run.options.cdf_grid_size) for k, s in samples.items()}
+    samples = inputs.samples
+    grids = {k: cdf_grid(s, inputs.options.cdf_grid_size) for k, s in samples.items()}
     cdf_tables, size_tables = [], []
-    for name, seg in run.sources.items():  # loop over sources
+    for name, seg in inputs.sources.items():  # loop over sources
         size_tables.append(segment_sizes(samples["win"], samples["cost"], seg, name))
-        if name == "own" and seg is run.own_reference:
+        if name == "own" and seg is inputs.own_reference:
             continue
         for kind, s in samples.items():
             cdf_tables.append(segment_cdf_table(s, seg, grids[kind], kind=kind, source=name))
@@ -514,25 +516,25 @@ def _method_landscapes(
 
 
 def _forecast_frames(
-    run: _Run, rows: _EvalRows, name: str, seg: np.ndarray, meth: str, lands: dict
+    inputs: _Inputs, rows: _EvalRows, name: str, seg: np.ndarray, meth: str, lands: dict
 ) -> list[pd.DataFrame]:
     """One source's forecasts under one method, a frame per supply mode: impressions = supply ×
     win rate at the bid, spend = impressions × expected paid eCPM / 1000, summed per scored
     advertiser beside the actual totals."""
     win_rate = lands["win"].cdf(rows.adv, rows.bid)
-    if run.options.spend_price == "cost":
+    if inputs.options.spend_price == "cost":
         ecost = expected_cost(lands["win"], lands["cost"], rows.adv, rows.bid)
     else:  # the cost landscape replaced by the market prices themselves
         ecost = expected_cost(lands["win"], lands["win"], rows.adv, rows.bid)
     n_seg = int(_label_values(seg).size)
     frames = []
-    for mode in run.options.modes:
+    for mode in inputs.options.modes:
         imp_rows = rows.supply[mode] * win_rate
         spend_rows = imp_rows * ecost / 1000.0
         frames.append(
             pd.DataFrame(
                 {
-                    "advertiser_id": run.ids[rows.scored],
+                    "advertiser_id": inputs.ids[rows.scored],
                     "source": name,
                     "method": meth,
                     "supply_mode": mode,
