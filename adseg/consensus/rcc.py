@@ -26,7 +26,6 @@ from sklearn.exceptions import ConvergenceWarning
 
 from adseg.consensus._base import (
     BaseFuser,
-    assign_labels,
     average_nmi,
     check_flag,
     check_integer,
@@ -34,8 +33,8 @@ from adseg.consensus._base import (
     check_weights,
     co_association,
     coherent_cells,
-    symmetric_part,
 )
+from adseg.spectral import assign_labels, fix_signs, symmetric_part
 
 __all__ = ["RCC", "soft_threshold"]
 
@@ -95,13 +94,6 @@ def _low_rank_into(G: np.ndarray, out: np.ndarray) -> None:
         blk[...] = np.triu(blk) + np.triu(blk, 1).T
 
 
-def _fix_signs(vecs: np.ndarray) -> np.ndarray:
-    idx = np.argmax(np.abs(vecs), axis=0)
-    signs = np.sign(vecs[idx, np.arange(vecs.shape[1])])
-    signs[signs == 0] = 1.0
-    return vecs * signs[None, :]
-
-
 def _top_eigenpairs(
     B: np.ndarray,
     k: int,
@@ -123,7 +115,7 @@ def _top_eigenpairs(
     else:  # arpack
         vals, vecs = _arpack_top(B, k, start, rng, tol)
     order = np.argsort(vals)[::-1]
-    return vals[order], _fix_signs(vecs[:, order])
+    return vals[order], fix_signs(vecs[:, order])
 
 
 class _SubspaceTracker:
@@ -417,7 +409,7 @@ class RCC(BaseFuser):
                     tracker = None
                 else:
                     order = np.argsort(found[0])[::-1]
-                    vals, V = found[0][order], _fix_signs(found[1][:, order])
+                    vals, V = found[0][order], fix_signs(found[1][:, order])
             else:
                 vals, V = _top_eigenpairs(W, K, solver, V, rng, iter_tol)
             d = np.maximum(vals, 0.0)

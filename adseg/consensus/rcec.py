@@ -22,7 +22,8 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import MISSING, BaseFuser, assign_labels, check_integer, check_real
+from adseg.consensus._base import MISSING, BaseFuser, check_integer, check_real
+from adseg.spectral import assign_labels
 
 _SOLVERS = ("multiplicative", "fista")
 _INITS = ("random", "support")
