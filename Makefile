@@ -34,12 +34,12 @@ test: $(BIN)/adseg
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest
 
 lint: $(BIN)/adseg
-	$(BIN)/ruff check adseg tests benchmarks
-	$(BIN)/ruff format --check adseg tests benchmarks
+	$(BIN)/ruff check adseg adseg_research tests benchmarks
+	$(BIN)/ruff format --check adseg adseg_research tests benchmarks
 	$(BIN)/lint-imports
 
 format: $(BIN)/adseg
-	$(BIN)/ruff format adseg tests benchmarks
+	$(BIN)/ruff format adseg adseg_research tests benchmarks
 
 bench-ingest: $(BIN)/adseg
 	$(BIN)/python benchmarks/ingest_throughput.py

@@ -1,5 +1,5 @@
 """The Bethe Hessian cluster count: LAPACK dsytrf with scipy's default workspace against the
-queried one (adseg.views._bethe_hessian_count).
+queried one (adseg.views.ncut._bethe_hessian_count).
 
 scipy's ``lapack.dsytrf`` wrapper defaults to ``lwork = n``, with which LAPACK runs its unblocked
 (matrix-vector) Bunch–Kaufman code; the workspace that ``dsytrf_lwork`` reports (block size × n)
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from adseg.bench import machine_summary, recorded_command, write_results
-from adseg.views import _bethe_hessian, _bethe_hessian_count, _negative_pivots
+from adseg.views.ncut import _bethe_hessian, _bethe_hessian_count, _negative_pivots
+from adseg_research.bench import machine_summary, recorded_command, write_results
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "One planted-community graph per n (see the script's docstring), counted by the old call "
         "(scipy's default `lwork = n`: LAPACK's unblocked code) and by "
-        "`adseg.views._bethe_hessian_count` (the workspace `dsytrf_lwork` reports). "
+        "`adseg.views.ncut._bethe_hessian_count` (the workspace `dsytrf_lwork` reports). "
         "Wall-clock seconds on a shared machine; the ratio is the result.",
         "",
         table.to_markdown(index=False),

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from adseg.bench import write_results
 from adseg.ingest import read_directory
 from adseg.store import migrate
 from adseg.store.engine import make_engine
 from adseg.store.load import write_batch
+from adseg_research.bench import write_results
 
 RESULTS = Path(__file__).parent / "results" / "ingest_throughput.md"
 

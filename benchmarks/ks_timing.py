@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from adseg.bench import write_results
 from adseg.landscape import ks_statistic_matrix
+from adseg_research.bench import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -290,7 +290,7 @@ column.
 Table 4 (clusters per view and α). Paper, 1,268 real advertisers: win rate 65 / 47 / 32, eCPM
 73 / 51 / 40 at α = 0.01 / 0.05 / 0.1. Our counts are lower and rise with α (a sparser graph
 splits more) where the paper's fall. The eigengap would pick fewer still (3 / 11 / 12 and
-7 / 7 / 8 on this marketplace; `k_selection="eigengap"`), see the adseg/views.py docstring.
+7 / 7 / 8 on this marketplace; `k_selection="eigengap"`), see the adseg/views package docstring.
 
 {_md(table4)}
 

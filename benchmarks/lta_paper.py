@@ -1,8 +1,8 @@
 """The LTA paper's protocol (seed 002, §IV) on the seven pools, in two item orders.
 
 For each data set: 20 runs (``--runs``), each drawing 10 of the pool's 100 k-means clusterings
-(``adseg.bench.pool_ensembles``, seed ``--seed``). Every draw is fused twice: with the items in
-the file's order (``as_given`` — the files are sorted by class) and after a seeded shuffle
+(``adseg_research.bench.pool_ensembles``, seed ``--seed``). Every draw is fused twice: with the
+items in the file's order (``as_given`` — the files are sorted by class) and after a seeded shuffle
 (``shuffled``, seed = seed + run; the same 10 columns). Methods:
 
 * ``lta-sample``: the paper's orientation (FFT along the item index), SC and EA from one solve;
@@ -38,11 +38,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 
-from adseg.bench import machine_summary, pool_ensembles, shuffle_items  # noqa: E402
 from adseg.consensus import FUSERS, co_association  # noqa: E402
 from adseg.consensus.lta import LTA, average_linkage_labels, spectral_labels  # noqa: E402
-from adseg.datasets import load_dataset  # noqa: E402
 from adseg.metrics import ari, clustering_accuracy  # noqa: E402
+from adseg_research.bench import machine_summary, pool_ensembles, shuffle_items  # noqa: E402
+from adseg_research.datasets import load_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -330,7 +330,7 @@ def report(output: Path) -> None:
         "actually done), then `.venv/bin/python benchmarks/lta_paper.py --report`.",
         "",
         "Protocol: per run, 10 of the pool's 100 k-means clusterings "
-        "(`adseg.bench.pool_ensembles(members, y, n_repetitions=RUNS, size=10, seed=0, "
+        "(`adseg_research.bench.pool_ensembles(members, y, n_repetitions=RUNS, size=10, seed=0, "
         "shuffle=False)`); each draw is fused in the **as-given** order (the files are sorted by "
         "class) and after a **seeded shuffle** of the items (seed 0 + run, same columns). "
         "k = the number of classes. Cells: mean ± std over the runs. NMI is max-normalised "

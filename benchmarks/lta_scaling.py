@@ -33,8 +33,8 @@ def worker(n: int, orientation: str, final: str, seed: int, max_iter: int) -> di
     import numpy as np
 
     from adseg.consensus.lta import LTA, coherent_cells
-    from adseg.datasets import load_dataset
     from adseg.metrics import clustering_accuracy, nmi
+    from adseg_research.datasets import load_dataset
 
     data = load_dataset("pool_mnist")
     rng = np.random.default_rng(seed)
@@ -181,7 +181,7 @@ def main(argv=None) -> None:
 
 
 def write_report(rows, args, sizes) -> None:
-    from adseg.bench import machine_summary, recorded_command, write_results
+    from adseg_research.bench import machine_summary, recorded_command, write_results
 
     cmd = recorded_command("lta_scaling.py", sys.argv[1:])
     lines = [

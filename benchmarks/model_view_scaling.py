@@ -23,12 +23,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adseg.bench import machine_summary, write_results  # noqa: E402
 from adseg.forecast import samples_by_advertiser  # noqa: E402
 from adseg.mixture import MixtureSegmentation, model_features  # noqa: E402
 from adseg.model_stage import MAX_COUNT, N_BINS, backtest_split, make_backtest  # noqa: E402
 from adseg.selection import k_grid, select_model_k  # noqa: E402
 from adseg.simulate import MarketplaceConfig, simulate_marketplace  # noqa: E402
+from adseg_research.bench import machine_summary, write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "model_view_scaling.md"
 

@@ -23,7 +23,6 @@ import pandas as pd
 
 from adseg import pipeline
 from adseg.app.nightly import run_nightly
-from adseg.bench import write_results
 from adseg.ingest import read_directory
 from adseg.report import PAPER_MAPE
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
@@ -31,6 +30,7 @@ from adseg.store import migrate
 from adseg.store import results as store
 from adseg.store.engine import make_engine
 from adseg.store.load import write_batch
+from adseg_research.bench import write_results
 
 RESULTS = Path(__file__).parent / "results" / "nightly_default.md"
 

@@ -1,12 +1,12 @@
 """Adversarial columns among good ones: where rcc (l1) holds the truth and l2 follows the adversary.
 
-Synthetic ensembles from ``adseg.bench.partial_view_ensemble``: K = 4 classes of 50 items; ``g``
-good columns, each the true partition on a random share ``coverage`` of the items (-1
+Synthetic ensembles from ``adseg_research.bench.partial_view_ensemble``: K = 4 classes of 50
+items; ``g`` good columns, each the true partition on a random share ``coverage`` of the items (-1
 elsewhere, as a view leaves out the advertisers it has no data for); then one or two adversarial
 columns that label every item (random labels, two classes merged, or one class split). Each
 cell: ``--seeds`` ensembles (seeds 0..S-1), rcc and l2 at their defaults (normalised
 co-association, ``random_state=0``), ACC against the truth and against the (first) adversarial
-column, and the adversary's mean weight in M̃ (``adseg.bench.adversary_weight``).
+column, and the adversary's mean weight in M̃ (``adseg_research.bench.adversary_weight``).
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/rcc_adversarial.py [--seeds 10]
 
@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adseg.bench import adversary_weight, machine_summary, partial_view_ensemble  # noqa: E402
 from adseg.consensus.l2 import L2CC  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
 from adseg.metrics import clustering_accuracy  # noqa: E402
+from adseg_research.bench import adversary_weight, machine_summary, partial_view_ensemble  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SIZES = [50, 50, 50, 50]

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nightly_seeds  # noqa: E402
 
-from adseg.bench import machine_summary, recorded_command, write_results  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
+from adseg_research.bench import machine_summary, recorded_command, write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rcc_auto_nightly.md"
 SOURCES = ("rcc", "rcc-normalised", "rcc-l1", "l2")

@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adseg.bench_table2 import TABLE2_DATASETS, table2_ensembles  # noqa: E402
 from adseg.consensus import FUSERS, co_association  # noqa: E402
 from adseg.metrics import clustering_accuracy  # noqa: E402
+from adseg_research.bench_table2 import TABLE2_DATASETS, table2_ensembles  # noqa: E402
 
 
 def discrete_objective(M: np.ndarray, labels: np.ndarray) -> float:

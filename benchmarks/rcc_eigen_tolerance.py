@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg import pipeline  # noqa: E402
 from adseg.app.inputs import default_windows, pull  # noqa: E402
-from adseg.bench import machine_summary, recorded_command, write_results  # noqa: E402
 from adseg.consensus import rcc  # noqa: E402
 from adseg.ingest import read_directory  # noqa: E402
 from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace  # noqa: E402
 from adseg.store import migrate  # noqa: E402
 from adseg.store.engine import make_engine  # noqa: E402
 from adseg.store.load import write_batch  # noqa: E402
+from adseg_research.bench import machine_summary, recorded_command, write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rcc_eigen_tolerance.md"
 

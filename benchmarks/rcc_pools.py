@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adseg.consensus.l2 import L2CC  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
-from adseg.datasets import load_dataset  # noqa: E402
 from adseg.metrics import clustering_accuracy  # noqa: E402
+from adseg_research.datasets import load_dataset  # noqa: E402
 
 POOLS = ("pool_lung", "pool_binalpha", "pool_mf", "pool_semeion", "pool_caltech20")
 

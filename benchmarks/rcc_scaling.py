@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
-from adseg.bench import recorded_command, write_results  # noqa: E402
+from adseg_research.bench import recorded_command, write_results  # noqa: E402
 
 
 def child(method: str, n: int, n_cols: int, seed: int, params: dict) -> dict:
@@ -40,8 +40,8 @@ def child(method: str, n: int, n_cols: int, seed: int, params: dict) -> dict:
 
     from adseg.consensus.l2 import L2CC
     from adseg.consensus.rcc import RCC
-    from adseg.datasets import load_dataset
     from adseg.metrics import clustering_accuracy
+    from adseg_research.datasets import load_dataset
 
     ds = load_dataset("pool_mnist")
     rng = np.random.default_rng(seed)

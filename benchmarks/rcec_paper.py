@@ -46,12 +46,12 @@ from sklearn.preprocessing import normalize
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adseg.bench import shuffle_items  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.consensus._base import average_nmi  # noqa: E402
 from adseg.consensus.rcec import RCEC, paper_synthetic_ensemble  # noqa: E402
-from adseg.datasets import load_dataset  # noqa: E402
 from adseg.metrics import nmi  # noqa: E402
+from adseg_research.bench import shuffle_items  # noqa: E402
+from adseg_research.datasets import load_dataset  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAPER_GRID = (0.01, 1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)

@@ -43,11 +43,11 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 STEM = "rcec_scaling"
 
-from adseg.bench import write_results  # noqa: E402
+from adseg_research.bench import write_results  # noqa: E402
 
 
 def ensemble(regime: str, n: int, n_clusterings: int, noise: float, seed: int):
-    from adseg.datasets import load_dataset
+    from adseg_research.datasets import load_dataset
 
     data = load_dataset("pool_usps")
     rng = np.random.default_rng(seed)

@@ -1,10 +1,10 @@
 """SCCBG (SPCC) on the paper's protocol: Zhou, Du, Li (IJCAI 2020), Tables 2–3.
 
 Protocol (spec §5.2): per data set, 200 k-means runs with k = c (the class count), split into
-10 ensembles of 20 (``adseg.bench.kmeans_ensembles``: one k-means++ start per run, its own seed);
-pool_lung uses 5 disjoint groups of 20 columns of the precomputed 100-column pool
-(``adseg.bench.pool_ensembles(disjoint=True)``). Items are shuffled per ensemble with a recorded
-seed. Every fuser gets c = class count. Reported: mean ACC / NMI over the ensembles for
+10 ensembles of 20 (``adseg_research.bench.kmeans_ensembles``: one k-means++ start per run, its
+own seed); pool_lung uses 5 disjoint groups of 20 columns of the precomputed 100-column pool
+(``adseg_research.bench.pool_ensembles(disjoint=True)``). Items are shuffled per ensemble with a
+recorded seed. Every fuser gets c = class count. Reported: mean ACC / NMI over the ensembles for
 
 * sccbg (γ auto) — γ chosen *without labels* by the estimator's rule (``gamma="auto"``: highest
   average NMI with the base clusterings over the grid; a label fallback only loses ties);
@@ -41,18 +41,18 @@ from sklearn.feature_extraction.text import TfidfTransformer  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 from sklearn.preprocessing import normalize  # noqa: E402
 
-from adseg.bench import (  # noqa: E402
+from adseg.consensus import FUSERS  # noqa: E402
+from adseg.consensus._base import average_nmi  # noqa: E402
+from adseg.consensus.sccbg import SCCBG, gamma_choice_key  # noqa: E402
+from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
+from adseg_research.bench import (  # noqa: E402
     Ensemble,
     kmeans_ensembles,
     pool_ensembles,
     recorded_command,
     write_results,
 )
-from adseg.consensus import FUSERS  # noqa: E402
-from adseg.consensus._base import average_nmi  # noqa: E402
-from adseg.consensus.sccbg import SCCBG, gamma_choice_key  # noqa: E402
-from adseg.datasets import load_dataset  # noqa: E402
-from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
+from adseg_research.datasets import load_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sccbg_paper.md"
@@ -243,7 +243,7 @@ def render_results(results: dict, args, command: str, grid) -> str:
         f"Command(s): `{command}`",
         "",
         "Protocol: k-means ensembles (k = class count, one k-means++ start per run, 20 runs per",
-        "ensemble, `adseg.bench.kmeans_ensembles`) for allaml, glioma, k1b, tr41, tox171",
+        "ensemble, `adseg_research.bench.kmeans_ensembles`) for allaml, glioma, k1b, tr41, tox171",
         "(k1b, tr41: on TF-IDF of the term counts with unit rows, as in the Table 2 and RCEC",
         "protocols; raw counts gave tr41 base clusterings with one cluster of 56 % of the items);",
         "pool_lung: 5 disjoint groups of 20 pool columns (`pool_ensembles(disjoint=True)`). Items",

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "sccbg_scaling.md"
 
-from adseg.bench import recorded_command, write_results  # noqa: E402
+from adseg_research.bench import recorded_command, write_results  # noqa: E402
 
 CACHE = Path("/tmp/adseg_sccbg_cache")
 SEED = 0
@@ -59,8 +59,8 @@ def _rss_mib() -> float:
 def make_labels(source: str, reps: int) -> tuple[Path, int]:
     """Write the base clusterings (n, 20) and classes for one case to the cache; returns the
     path and c."""
-    from adseg.datasets import load_dataset
-    from adseg.ensemble import kmeans_ensemble
+    from adseg_research.datasets import load_dataset
+    from adseg_research.ensemble import kmeans_ensemble
 
     CACHE.mkdir(exist_ok=True)
     path = CACHE / f"scaling_{source}_x{reps}_seed{SEED}.npz"

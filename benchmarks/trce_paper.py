@@ -33,9 +33,15 @@ import pandas as pd
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from adseg.bench import Ensemble, evaluate, kmeans_ensembles, machine_summary, pool_ensembles
 from adseg.consensus import FUSERS
-from adseg.datasets import load_dataset
+from adseg_research.bench import (
+    Ensemble,
+    evaluate,
+    kmeans_ensembles,
+    machine_summary,
+    pool_ensembles,
+)
+from adseg_research.datasets import load_dataset
 
 CACHE = Path(os.environ.get("ADSEG_TRCE_CACHE", "/tmp/adseg_trce_cache"))
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from adseg.datasets import shared_dir
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+"""The benchmark data beside the checkout (../shared/datasets), passed to the code explicitly."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,11 +44,11 @@ def _stop_signals_not_ignored():
 
 @pytest.fixture(scope="session")
 def shared_datasets():
-    """Skip the test cleanly when ../shared/datasets is absent (a user's fresh clone)."""
-    root = shared_dir()
-    if root is None:
-        pytest.skip("../shared/datasets not found (benchmark data are not part of the project)")
-    return root / "datasets"
+    """The benchmark data folder ../shared/datasets; skip the test cleanly when it is absent (a
+    user's fresh clone)."""
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"{SHARED_DATASETS} not found (benchmark data are not part of the project)")
+    return SHARED_DATASETS
 
 
 # --- databases: every store/ingest test runs on SQLite and, when configured, PostgreSQL --------

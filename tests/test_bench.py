@@ -1,4 +1,4 @@
-"""The shared benchmark protocol helpers (adseg.bench) that need no data set."""
+"""The shared benchmark protocol helpers (adseg_research.bench) that need no data set."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from adseg.bench import (
+from adseg_research.bench import (
     adversary_weight,
     machine_summary,
     partial_view_ensemble,
@@ -86,7 +86,7 @@ def test_adversary_weight_is_one_over_the_covering_columns():
 def test_kmeans_ensemble_init_random_is_seeded_and_differs_from_kmeanspp():
     from sklearn.datasets import make_blobs
 
-    from adseg.ensemble import kmeans_ensemble
+    from adseg_research.ensemble import kmeans_ensemble
 
     X, _ = make_blobs(n_samples=120, centers=6, cluster_std=2.5, random_state=0)
     a = kmeans_ensemble(X, 8, 6, random_state=3, init="random")
@@ -99,7 +99,7 @@ def test_kmeans_ensemble_init_random_is_seeded_and_differs_from_kmeanspp():
 
 
 def test_kmeans_ensemble_rejects_an_unknown_init():
-    from adseg.ensemble import kmeans_ensemble
+    from adseg_research.ensemble import kmeans_ensemble
 
     with pytest.raises(ValueError, match="init must be one of"):
         kmeans_ensemble(np.eye(5), 2, 2, init="forgy")
@@ -138,7 +138,7 @@ def test_the_recorded_command_is_the_one_that_ran(monkeypatch):
     niced; the command now says what the process ran with."""
     import os
 
-    from adseg.bench import recorded_command
+    from adseg_research.bench import recorded_command
 
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     niceness = os.nice(0)
@@ -148,16 +148,38 @@ def test_the_recorded_command_is_the_one_that_ran(monkeypatch):
     assert command == f"{expected} --sizes 1000 'a b'"
 
 
-def test_a_shared_dir_variable_naming_no_datasets_folder_is_an_error(tmp_path, monkeypatch):
-    """$ADSEG_SHARED_DIR naming a folder without datasets/ was ignored, and ../shared used in
-    its place: a benchmark ran on other data than the data asked for, with exit 0."""
-    from adseg.datasets import shared_dir
+def test_the_datasets_folder_comes_from_the_option_the_variable_or_the_working_directory(
+    tmp_path, monkeypatch
+):
+    """An explicit folder, else $ADSEG_DATASETS, else ./shared/datasets or ../shared/datasets:
+    never a folder found from where the code lies."""
+    from adseg_research.datasets import find_datasets_dir
 
-    monkeypatch.setenv("ADSEG_SHARED_DIR", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=f"ADSEG_SHARED_DIR={tmp_path} holds no datasets/"):
-        shared_dir()
-    (tmp_path / "datasets").mkdir()
-    assert shared_dir() == tmp_path
+    explicit, env, work = tmp_path / "explicit", tmp_path / "env", tmp_path / "checkout"
+    for folder in (explicit, env, work, tmp_path / "shared" / "datasets"):
+        folder.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("ADSEG_DATASETS", str(env))
+    assert find_datasets_dir(explicit) == explicit
+    assert find_datasets_dir() == env
+    monkeypatch.delenv("ADSEG_DATASETS")
+    assert find_datasets_dir() == tmp_path / "shared" / "datasets"  # beside the checkout
+    (work / "shared" / "datasets").mkdir(parents=True)
+    assert find_datasets_dir() == work / "shared" / "datasets"
+    with pytest.raises(FileNotFoundError, match="pass --datasets DIR or set .ADSEG_DATASETS"):
+        find_datasets_dir(tmp_path / "nowhere")
+
+
+def test_a_datasets_variable_naming_no_folder_is_an_error(tmp_path, monkeypatch):
+    """$ADSEG_DATASETS naming no folder is an error, not a fall-back to ../shared: a benchmark
+    would run on other data than the data asked for, with exit 0."""
+    from adseg_research.datasets import find_datasets_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shared" / "datasets").mkdir(parents=True)
+    monkeypatch.setenv("ADSEG_DATASETS", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=f"ADSEG_DATASETS={tmp_path}/nowhere is not a"):
+        find_datasets_dir()
 
 
 @pytest.mark.parametrize(
@@ -171,7 +193,7 @@ def test_a_shared_dir_variable_naming_no_datasets_folder_is_an_error(tmp_path, m
     ],
 )
 def test_kmeans_ensemble_names_a_bad_argument(args, error, message):
-    from adseg.ensemble import kmeans_ensemble
+    from adseg_research.ensemble import kmeans_ensemble
 
     X = np.random.RandomState(0).rand(20, 3)
     with pytest.raises(error, match=message):
@@ -179,7 +201,7 @@ def test_kmeans_ensemble_names_a_bad_argument(args, error, message):
 
 
 def test_kmeans_ensemble_checks_its_features_and_k_range():
-    from adseg.ensemble import kmeans_ensemble, kmeans_ensemble_random_k
+    from adseg_research.ensemble import kmeans_ensemble, kmeans_ensemble_random_k
 
     X = np.random.RandomState(0).rand(20, 3)
     assert kmeans_ensemble(X.tolist(), 2, 3, random_state=0).shape == (20, 2)  # a list is fine

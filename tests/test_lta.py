@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from adseg.consensus import FUSERS, co_association
-from adseg.consensus._base import symmetric_part
 from adseg.consensus.lta import (
     LTA,
     _admm,
@@ -26,6 +25,7 @@ from adseg.consensus.lta import (
     tensor_nuclear_norm,
 )
 from adseg.metrics import ari, clustering_accuracy
+from adseg.spectral import symmetric_part
 
 
 def _noisy_ensemble(seed, n_groups=5, size=60, m=10, noise=0.15, sub=2):

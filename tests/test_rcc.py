@@ -11,12 +11,12 @@ import pytest
 import scipy.linalg as sla
 from sklearn.exceptions import ConvergenceWarning
 
-from adseg.bench import partial_view_ensemble
 from adseg.consensus import FUSERS, co_association
 from adseg.consensus._base import average_nmi
 from adseg.consensus.l2 import KC, L2CC
 from adseg.consensus.rcc import RCC, soft_threshold
 from adseg.metrics import ari, clustering_accuracy
+from adseg_research.bench import partial_view_ensemble
 
 
 def _truth(sizes):
@@ -258,9 +258,9 @@ def test_eigen_solvers_agree(normalize, rtol):
 
 
 def test_bench_table2_protocol(shared_datasets):
-    from adseg.bench_table2 import format_table2, run_table2
+    from adseg_research.bench_table2 import format_table2, run_table2
 
-    frame = run_table2(["iris"], n_repetitions=2, n_clusterings=5, seed=0)
+    frame = run_table2(["iris"], n_repetitions=2, n_clusterings=5, seed=0, data_dir=shared_datasets)
     assert set(frame["method"]) >= {"k-means", "KC", "l2", "rcc"}
     assert frame["error"].isna().all()
     assert (frame.groupby("method").size() == 2).all()
@@ -275,10 +275,9 @@ def test_bench_consensus_runs_the_columns_asked(shared_datasets, tmp_path):
     from adseg.cli import app
 
     out = tmp_path / "t2.md"
-    args = ["bench", "consensus", "--dataset", "iris", "--repetitions", "1", "--clusterings", "3"]
-    res = CliRunner().invoke(
-        app, [*args, "--method", "rcc", "--method", "l2", "-q", "-o", str(out)]
-    )
+    args = ["bench", "consensus", "--datasets", str(shared_datasets), "--dataset", "iris"]
+    args += ["--repetitions", "1", "--clusterings", "3", "--method", "rcc", "--method", "l2"]
+    res = CliRunner().invoke(app, [*args, "-q", "-o", str(out)])
     assert res.exit_code == 0, res.output
     head = out.read_text().splitlines()[0]
     assert head.startswith("| dataset | prep | n | k-means | rcc | l2 | paper k-means |"), head
@@ -314,9 +313,34 @@ def test_bench_consensus_refuses_bad_options_before_any_fit(args, message, share
 
     from adseg.cli import app
 
-    with mock.patch("adseg.bench_table2.run_table2") as run:
-        res = CliRunner().invoke(app, ["bench", "consensus", "-q", *args])
+    with mock.patch("adseg_research.bench_table2.run_table2") as run:
+        res = CliRunner().invoke(
+            app, ["bench", "consensus", "-q", "--datasets", str(shared_datasets), *args]
+        )
     assert res.exit_code == 2 and message in res.output, res.output
+    run.assert_not_called()
+
+
+def test_bench_consensus_names_a_missing_data_folder_and_how_to_set_it(tmp_path, monkeypatch):
+    """The data folder comes from --datasets, else $ADSEG_DATASETS, else shared/datasets in or
+    beside the working directory; a missing one is a bad-input error (2) naming where it looked."""
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+
+    missing = tmp_path / "nowhere"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ADSEG_DATASETS", raising=False)
+    cases = [
+        (["--datasets", str(missing)], {}, f"benchmark data folder {missing} not found"),
+        ([], {}, f"benchmark data not found at {tmp_path / 'shared' / 'datasets'}"),
+        ([], {"ADSEG_DATASETS": str(missing)}, f"ADSEG_DATASETS={missing} is not a folder"),
+    ]
+    with mock.patch("adseg_research.bench_table2.run_table2") as run:
+        for args, env, message in cases:
+            res = CliRunner().invoke(app, ["bench", "consensus", "-q", *args], env=env)
+            assert res.exit_code == 2 and f"error: {message}" in res.output, res.output
+            assert args or env or "pass --datasets DIR or set $ADSEG_DATASETS" in res.output
     run.assert_not_called()
 
 
@@ -325,7 +349,7 @@ def test_the_table_has_one_mean_row_per_preprocessing():
     counted twice, a number no results file reports (QA)."""
     import pandas as pd
 
-    from adseg.bench_table2 import format_table2
+    from adseg_research.bench_table2 import format_table2
 
     rows = [
         {
@@ -355,7 +379,7 @@ def test_the_table_has_one_mean_row_per_preprocessing():
 def test_set_means_count_text_sets_in_every_mode_and_refuse_partial_means():
     import pandas as pd
 
-    from adseg.bench_table2 import TABLE2_DATASETS, TEXT_DATASETS, format_set_means
+    from adseg_research.bench_table2 import TABLE2_DATASETS, TEXT_DATASETS, format_set_means
 
     def acc(name, prep, method):
         if method == "rcc":

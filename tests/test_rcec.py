@@ -11,7 +11,7 @@ from scipy.optimize import brentq
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus import FUSERS, assign_labels, incidence_matrix, top_eigenvectors
+from adseg.consensus import FUSERS, incidence_matrix
 from adseg.consensus.rcec import (
     RCEC,
     gradient,
@@ -21,6 +21,7 @@ from adseg.consensus.rcec import (
     solve_multiplicative,
 )
 from adseg.metrics import ari, nmi
+from adseg.spectral import assign_labels, top_eigenvectors
 
 
 @pytest.fixture(autouse=True)

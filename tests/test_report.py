@@ -389,7 +389,7 @@ def test_scatter_of_all_zero_deliveries_draws_without_warnings():
     no matplotlib warning about an empty legend reaches the user."""
     import warnings
 
-    from adseg.report import _scatter_plot
+    from adseg.report.plots import _scatter_plot
 
     f = pd.DataFrame(
         {
@@ -476,7 +476,7 @@ def test_db_unlock_force_help_names_both_cases_the_readme_gives():
 
 def test_the_cdf_plot_note_says_how_many_segments_it_draws():
     """It said "the 12 largest segments" of a source with 5 (QA)."""
-    from adseg.report import _cdf_plot_note
+    from adseg.report.plots import _cdf_plot_note
 
     def note(n_segments, max_segments=12):
         cdfs = pd.DataFrame({"source": "rcc", "segment": np.arange(n_segments)})

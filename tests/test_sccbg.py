@@ -26,8 +26,8 @@ from adseg.consensus.sccbg import (
     w_step,
     young_relaxation,
 )
-from adseg.ensemble import kmeans_ensemble
 from adseg.metrics import ari, clustering_accuracy
+from adseg_research.ensemble import kmeans_ensemble
 
 
 @pytest.fixture(autouse=True)
@@ -517,9 +517,9 @@ def test_memory_is_linear_no_n_by_n_array():
 
 @pytest.mark.slow
 def test_pool_lung_beats_the_base_clusterings(shared_datasets):
-    from adseg.datasets import load_dataset
+    from adseg_research.datasets import load_dataset
 
-    ds = load_dataset("pool_lung")
+    ds = load_dataset("pool_lung", shared_datasets)
     labels = ds.members[:, :20]
     f = SCCBG(ds.n_classes, random_state=0).fit(labels)
     base = np.mean([clustering_accuracy(ds.y, labels[:, j]) for j in range(20)])

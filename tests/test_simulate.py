@@ -19,12 +19,12 @@ from adseg.simulate import (
     FAULT_KINDS,
     Marketplace,
     MarketplaceConfig,
-    _mixture_cdf,
     family_config,
     simulate_marketplace,
     true_landscape,
     write_marketplace,
 )
+from adseg.simulate.landscape import _mixture_cdf
 
 SMALL = MarketplaceConfig(
     n_advertisers=60, n_segments=6, days=4, train_days=2, median_train_samples=20.0, seed=11

@@ -1163,7 +1163,7 @@ def test_arrows_csv_reader_equals_pandas_wherever_it_accepts_a_file(name, suffix
     """Ingest reads a CSV by Arrow's reader (4× faster, no second pass for short rows) and falls
     back to pandas' whenever Arrow refuses the file. So Arrow must give exactly pandas' cells,
     types included, on every file it accepts; pandas must accept it too."""
-    from adseg.ingest import _read_csv_arrow, _read_csv_pandas
+    from adseg.ingest.readers import _read_csv_arrow, _read_csv_pandas
 
     data = _CSV_CORNERS[name].encode("utf-8")
     path = tmp_path / f"t{suffix}"
@@ -1176,7 +1176,8 @@ def test_arrows_csv_reader_equals_pandas_wherever_it_accepts_a_file(name, suffix
 def test_arrow_reads_the_sample_marketplace_and_refuses_what_pandas_must_report(tmp_path):
     """The fast path is taken on ordinary files (else the speed-up silently disappears), and not
     on a file with a row of the wrong width or bad UTF-8, whose errors pandas' path words."""
-    from adseg.ingest import IngestError, _read_csv_arrow, read_table_file
+    from adseg.ingest import IngestError, read_table_file
+    from adseg.ingest.readers import _read_csv_arrow
 
     good = tmp_path / "auctions.csv"
     good.write_text(
@@ -1204,7 +1205,8 @@ def test_a_quote_left_open_at_the_end_of_a_csv_is_refused_not_swallowed(suffix, 
     field's text, so the advertisers after an open quote in a description vanished into it and
     ingest loaded the one row, exit 0. Pandas' path refuses the file ('EOF inside string'), as
     before Arrow's reader was used; a quote closed at the very end still takes the fast path."""
-    from adseg.ingest import IngestError, _read_csv_arrow, read_directory
+    from adseg.ingest import IngestError, read_directory
+    from adseg.ingest.readers import _read_csv_arrow
 
     cut = 'advertiser_id,name,description\na1,A,"open\na2,B,y\na3,C,z\n'
     directory = tmp_path / "in"
@@ -1228,7 +1230,8 @@ def test_a_gz_file_that_is_zlib_not_gzip_is_refused_as_before(tmp_path):
     pass) does not: such a file loaded or failed by which reader happened to read it."""
     import zlib
 
-    from adseg.ingest import _read_csv_arrow, read_table_file
+    from adseg.ingest import read_table_file
+    from adseg.ingest.readers import _read_csv_arrow
 
     path = tmp_path / "advertisers.csv.gz"
     path.write_bytes(zlib.compress(b"advertiser_id,name,description\na1,A,x\n"))

@@ -378,9 +378,9 @@ def test_no_noise_ablation_collapses():
 
 @pytest.mark.slow
 def test_no_noise_ablation_collapses_on_lung(shared_datasets):
-    from adseg.datasets import load_dataset
+    from adseg_research.datasets import load_dataset
 
-    data = load_dataset("pool_lung")
+    data = load_dataset("pool_lung", shared_datasets)
     labels = data.members[:, :20]
     full = TRCE(5, random_state=0).fit(labels)
     assert full.n_components_ == 5

@@ -11,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import LANCZOS_MIN_N
 from adseg.landscape import ks_critical_value, ks_distance_matrix
 from adseg.metrics import ari, pair_consistency
+from adseg.spectral import LANCZOS_MIN_N
 from adseg.views import (
     BaseClusterings,
     NormalizedCutClustering,
@@ -355,7 +355,7 @@ def test_normalized_cut_on_a_sparse_n_finds_what_the_dense_n_finds(monkeypatch):
     """Above LANCZOS_MIN_N nodes, a graph linking few pairs is cut through a sparse N (Lanczos
     products read its nonzeros only): the same clusters as through the dense N, here the
     planted ones."""
-    import adseg.views as views
+    import adseg.views.ncut as ncut
 
     rng = np.random.default_rng(3)
     n = LANCZOS_MIN_N + 99
@@ -363,17 +363,17 @@ def test_normalized_cut_on_a_sparse_n_finds_what_the_dense_n_finds(monkeypatch):
     p = np.where(group[:, None] == group[None, :], 0.3, 0.01)
     a = np.triu((rng.random((n, n)) < p).astype(float), 1)
     a += a.T
-    assert np.count_nonzero(a) <= views.SPARSE_MAX_DENSITY * n * n
+    assert np.count_nonzero(a) <= ncut.SPARSE_MAX_DENSITY * n * n
     solved = []
 
     def spy(matrix, k, **kwargs):
         solved.append(type(matrix))
         return top_eigenvectors(matrix, k, **kwargs)
 
-    top_eigenvectors = views.top_eigenvectors
-    monkeypatch.setattr(views, "top_eigenvectors", spy)
+    top_eigenvectors = ncut.top_eigenvectors
+    monkeypatch.setattr(ncut, "top_eigenvectors", spy)
     sparse_fit = NormalizedCutClustering(random_state=0).fit(a)
-    monkeypatch.setattr(views, "SPARSE_MAX_DENSITY", 0.0)  # the dense path
+    monkeypatch.setattr(ncut, "SPARSE_MAX_DENSITY", 0.0)  # the dense path
     dense_fit = NormalizedCutClustering(random_state=0).fit(a)
     assert solved == [sp.csr_matrix, np.ndarray]
     np.testing.assert_allclose(sparse_fit.eigenvalues_, dense_fit.eigenvalues_, rtol=1e-10)
@@ -389,7 +389,7 @@ def test_components_of_a_large_graph_are_found_whatever_the_rounding(monkeypatch
     rounding (sparse against dense N: ARI 0.85, 0.41 with n_clusters=4; QA). The component
     vectors are now exact: ten components are ten clusters, or whole components merged into
     four, through the sparse and the dense N alike."""
-    import adseg.views as views
+    import adseg.views.ncut as ncut
 
     rng = np.random.default_rng(2)
     n = LANCZOS_MIN_N + 199
@@ -397,7 +397,7 @@ def test_components_of_a_large_graph_are_found_whatever_the_rounding(monkeypatch
     a = np.triu((rng.random((n, n)) < np.where(group[:, None] == group[None, :], 0.05, 0)), 1)
     a = (a + a.T).astype(float)
     fits = [NormalizedCutClustering(random_state=0, **kwargs).fit(a)]
-    monkeypatch.setattr(views, "SPARSE_MAX_DENSITY", 0.0)
+    monkeypatch.setattr(ncut, "SPARSE_MAX_DENSITY", 0.0)
     fits.append(NormalizedCutClustering(random_state=0, **kwargs).fit(a))
     for fit in fits:
         linked = a.sum(axis=1) > 0
@@ -416,7 +416,7 @@ def test_components_of_a_large_graph_are_found_whatever_the_rounding(monkeypatch
 def test_bethe_hessian_count_equals_the_negative_eigenvalues_of_h():
     """The inertia from LAPACK's in-place LDLᵀ (one n×n array; scipy.linalg.ldl held four)
     equals a full eigendecomposition's count, 2×2 pivot blocks included."""
-    from adseg.views import _bethe_hessian_count
+    from adseg.views.ncut import _bethe_hessian_count
 
     rng = np.random.default_rng(0)
     # sizes up to 450: LAPACK's blocked code (block 64, used with the queried workspace) runs

@@ -12,13 +12,11 @@ import numpy as np
 
 from adseg.consensus._base import (
     BaseFuser,
-    assign_labels,
     check_labels,
     co_association,
     count_label_groups,
     incidence_matrix,
     relabel,
-    top_eigenvectors,
 )
 
 FUSERS: dict[str, type[BaseFuser]] = {}
@@ -117,7 +115,6 @@ def _probe(key: str, options: dict) -> None:
 __all__ = [
     "FUSERS",
     "BaseFuser",
-    "assign_labels",
     "canonical_name",
     "check_fuser_options",
     "check_labels",
@@ -126,5 +123,4 @@ __all__ = [
     "count_label_groups",
     "incidence_matrix",
     "relabel",
-    "top_eigenvectors",
 ]

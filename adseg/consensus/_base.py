@@ -1,4 +1,6 @@
-"""What every fuser shares: input validation, relabelling, co-association, label assignment.
+"""What every fuser shares: the base class, input validation, relabelling, co-association.
+
+The spectral helpers the fusers use (eigenvectors, label assignment) live in adseg.spectral.
 
 A *labels* matrix is an integer array of shape (n_items, n_clusterings). Column v is one base
 clustering; its label values are arbitrary integers, and -1 means "item not clustered in this
@@ -12,11 +14,11 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
 from adseg.checks import check_integer, check_real  # noqa: F401 (the fusers' parameters)
 from adseg.metrics import nmi
+from adseg.spectral import normalize_by_degree
 
 MISSING = -1
 
@@ -290,26 +292,6 @@ def coherent_cells(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return cell.ravel().astype(np.int64), rows, sizes.astype(np.int64)
 
 
-def symmetric_part(X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """(X + Xᵀ)/2 of a square array, written into ``out`` (may be ``X`` itself: in place).
-
-    Works on pairs of square tiles (128², 128 KiB each), so both reads are cache-friendly: a plain
-    ``X + X.T`` walks one operand column-wise and was 8× slower at n = 5,000. The result is
-    exactly symmetric. Temporaries: one tile."""
-    n = X.shape[0]
-    out = np.empty_like(X) if out is None else out
-    step = 128  # 66 ms at n = 5,000 against 84 ms with 512² tiles
-    for i0 in range(0, n, step):
-        i1 = min(i0 + step, n)
-        for j0 in range(i0, n, step):
-            j1 = min(j0 + step, n)
-            avg = X[i0:i1, j0:j1] + X[j0:j1, i0:i1].T
-            avg *= 0.5
-            out[i0:i1, j0:j1] = avg
-            out[j0:j1, i0:i1] = avg.T
-    return out
-
-
 def co_association(
     labels, weights=None, *, normalize: bool = False, dtype=np.float64
 ) -> np.ndarray:
@@ -351,95 +333,8 @@ def co_association(
         together[unseen] = 0.0
         del both
     if normalize:
-        degree = together.sum(axis=1)
-        scale = np.zeros_like(degree)
-        np.divide(1.0, np.sqrt(degree), out=scale, where=degree > 0)
-        together *= scale[:, None]
-        together *= scale[None, :]
+        normalize_by_degree(together, together.sum(axis=1))
     return together
-
-
-def assign_labels(
-    embedding: np.ndarray,
-    n_clusters: int,
-    *,
-    method: str = "kmeans",
-    random_state=None,
-    n_init: int = 10,
-) -> np.ndarray:
-    """Discretise a spectral embedding (n × K) into n_clusters labels, as spectral clustering does.
-
-    method="kmeans": k-means (n_init seeded starts) on the row-normalised rows (Ng–Jordan–Weiss).
-    method="cluster_qr": the deterministic column-pivoted QR rounding (Damle, Minden, Ying 2019).
-    Rows that are all zero (items in no clustering) are kept and land in one cluster together;
-    so do rows that are zero but for round-off (norm ≤ 1e-10 × the largest): normalised, an
-    eigensolver's 1e-34 became an arbitrary unit vector and scattered those items.
-    Returns (n,) int64 labels 0..k'-1 with no gaps, k' ≤ n_clusters (cluster_qr can leave a
-    requested cluster empty).
-    Cost O(n K² ) for cluster_qr, O(n K n_init iters) for k-means.
-    """
-    X = np.asarray(embedding, dtype=np.float64)
-    if X.ndim != 2 or X.shape[0] < n_clusters:
-        raise ValueError(f"embedding must be (n ≥ n_clusters, K); got {X.shape}.")
-    if n_clusters == 1:
-        return np.zeros(X.shape[0], dtype=np.int64)
-    if method == "kmeans":
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        nonzero = norms > 1e-10 * norms.max()
-        Xn = np.divide(X, norms, out=np.zeros_like(X), where=nonzero)
-        km = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=random_state)
-        return km.fit_predict(Xn).astype(np.int64)
-    if method == "cluster_qr":
-        from sklearn.cluster._spectral import cluster_qr
-
-        found = cluster_qr(X[:, :n_clusters])
-        return np.unique(found, return_inverse=True)[1].astype(np.int64).ravel()
-    raise ValueError(f"method must be 'kmeans' or 'cluster_qr'; got {method!r}.")
-
-
-LANCZOS_MIN_N = 2001  # from this size on, top_eigenvectors uses Lanczos, not LAPACK's eigh
-
-
-def lanczos_solves(n: int, k: int) -> bool:
-    """Whether :func:`top_eigenvectors` finds k eigenpairs of an n×n matrix by Lanczos (else by
-    LAPACK's dense eigh, which needs the dense matrix)."""
-    return n >= LANCZOS_MIN_N and min(k, n) < n - 1
-
-
-def top_eigenvectors(
-    matrix, k: int, *, v0: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest (algebraic) eigenpairs of a symmetric matrix, largest first.
-
-    ``matrix`` : (n, n) dense array, scipy sparse (densified only below LANCZOS_MIN_N), or a
-    scipy LinearOperator (from LANCZOS_MIN_N on, with k < n − 1).
-    Returns (values (k,), vectors (n, k)). Uses LAPACK's subset solver (O(n² k) after an O(n³/3)
-    tridiagonalisation) for n < LANCZOS_MIN_N = 2,001, and Lanczos (ARPACK, warm-started from v0
-    when given) above: one matrix-vector product per step, which reads a dense matrix whole
-    (n² floats) and a sparse one's nonzeros only.
-    Signs are made deterministic (largest-magnitude entry of each vector positive), and so is
-    Lanczos's start without v0 (a fixed-seed vector, not ARPACK's own random one: the nightly's
-    fused segments must not change from one run to the next on the same data and seed).
-    """
-    import scipy.linalg as sla
-    import scipy.sparse.linalg as spla
-
-    n = matrix.shape[0]
-    k = min(k, n)
-    if not lanczos_solves(n, k):
-        dense = matrix.toarray() if sp.issparse(matrix) else matrix
-        vals, vecs = sla.eigh(dense, subset_by_index=(n - k, n - 1), driver="evr")
-    else:
-        start = None if v0 is None else np.asarray(v0).sum(axis=1)
-        if start is None or not np.any(start):
-            start = np.random.RandomState(0).uniform(-1.0, 1.0, n)
-        vals, vecs = spla.eigsh(matrix, k=k, which="LA", v0=start, tol=1e-10)
-    order = np.argsort(vals)[::-1]
-    vals, vecs = vals[order], vecs[:, order]
-    idx = np.argmax(np.abs(vecs), axis=0)
-    signs = np.sign(vecs[idx, np.arange(vecs.shape[1])])
-    signs[signs == 0] = 1.0
-    return vals, vecs * signs[None, :]
 
 
 class BaseFuser(ClusterMixin, BaseEstimator):

@@ -25,13 +25,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans
 
-from adseg.consensus._base import (
-    BaseFuser,
-    assign_labels,
-    check_integer,
-    co_association,
-    top_eigenvectors,
-)
+from adseg.consensus._base import BaseFuser, check_integer, co_association
+from adseg.spectral import assign_labels, top_eigenvectors
 
 __all__ = ["KC", "L2CC"]
 

@@ -29,15 +29,13 @@ from sklearn.exceptions import ConvergenceWarning
 
 from adseg.consensus._base import (
     BaseFuser,
-    assign_labels,
     average_linkage_cut,
     check_integer,
     check_real,
     co_association,
     coherent_cells,
-    symmetric_part,
-    top_eigenvectors,
 )
+from adseg.spectral import assign_labels, normalize_by_degree, symmetric_part, top_eigenvectors
 
 ORIENTATIONS = ("frontal", "sample")
 FINALS = ("sc", "ea")
@@ -632,11 +630,7 @@ def spectral_labels(S: np.ndarray, n_clusters: int, *, random_state=None, n_init
     deg = W.sum(axis=1)
     if not deg.max() > 0:
         raise ValueError(_NO_STRUCTURE.format("zero"))
-    scale = np.zeros_like(deg)
-    np.divide(1.0, np.sqrt(deg), out=scale, where=deg > 0)
-    W *= scale[:, None]
-    W *= scale[None, :]
-    _, vecs = top_eigenvectors(W, n_clusters)
+    _, vecs = top_eigenvectors(normalize_by_degree(W, deg), n_clusters)
     return assign_labels(
         vecs, n_clusters, method="kmeans", random_state=random_state, n_init=n_init
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
@@ -26,7 +27,6 @@ from sklearn.exceptions import ConvergenceWarning
 
 from adseg.consensus._base import (
     BaseFuser,
-    assign_labels,
     average_nmi,
     check_flag,
     check_integer,
@@ -34,14 +34,14 @@ from adseg.consensus._base import (
     check_weights,
     co_association,
     coherent_cells,
-    symmetric_part,
 )
+from adseg.spectral import assign_labels, fix_signs, symmetric_part
 
-__all__ = ["RCC", "soft_threshold"]
+__all__ = ["RCC", "RCCResult", "rcc_admm", "soft_threshold"]
 
 _ASSIGN_METHODS = ("kmeans", "cluster_qr")
 _SOLVERS = ("auto", "dense", "subspace", "lobpcg", "arpack")
-# Cap on the early eigen-steps' residual tolerance, relative to λ₁ (see ``_fit``). Larger caps
+# Cap on the early eigen-steps' residual tolerance, relative to λ₁ (see ``rcc_admm``). Larger caps
 # are faster and land the ADMM on other, equally good fixed points (rcc_eigen_tolerance.md);
 # kept at 1e-4 so that a faster eigensolver is the only change to the iterates' accuracy.
 _EIGEN_TOL_CAP = 1e-4
@@ -95,13 +95,6 @@ def _low_rank_into(G: np.ndarray, out: np.ndarray) -> None:
         blk[...] = np.triu(blk) + np.triu(blk, 1).T
 
 
-def _fix_signs(vecs: np.ndarray) -> np.ndarray:
-    idx = np.argmax(np.abs(vecs), axis=0)
-    signs = np.sign(vecs[idx, np.arange(vecs.shape[1])])
-    signs[signs == 0] = 1.0
-    return vecs * signs[None, :]
-
-
 def _top_eigenpairs(
     B: np.ndarray,
     k: int,
@@ -123,7 +116,7 @@ def _top_eigenpairs(
     else:  # arpack
         vals, vecs = _arpack_top(B, k, start, rng, tol)
     order = np.argsort(vals)[::-1]
-    return vals[order], _fix_signs(vecs[:, order])
+    return vals[order], fix_signs(vecs[:, order])
 
 
 class _SubspaceTracker:
@@ -357,100 +350,27 @@ class RCC(BaseFuser):
         rng = self._rng
         cell, sizes, M = _cell_problem(labels, self.weights, form, K)
         g = M.shape[0]
-        count = sizes.astype(np.float64)
-        root = np.sqrt(count)
         reduced = bool((sizes > 1).any())
         symmetric_part(M, out=M)  # the degree scaling is not bit-for-bit symmetric
         solver = self.eigen_solver
         if solver == "auto":
             solver = "dense" if g <= _DENSE_MAX_N else "subspace"
-        eig_tol = 1e-10  # relative; the iterative solvers get it times ||M̃||_2
-        blocks = list(_row_blocks(g))
-        W = np.empty_like(M)
-
-        # (H⁰, D⁰) = the L2CC solution (exact, without warm start), from S = C^½ M̃_g C^½ in W
-        W[...] = M
-        if reduced:
-            for b in blocks:
-                W[b] *= root[b, None] * root[None, :]
-        vals, V = _top_eigenpairs(
-            W, K, "dense" if g <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
+        fit = rcc_admm(
+            M,
+            sizes,
+            K,
+            solver=solver,
+            mu=self.mu,
+            rho=self.rho,
+            mu_max=self.mu_max,
+            max_iter=int(self.max_iter),
+            tol=self.tol,
+            rng=rng,
+            keep_error=self.store_error,
         )
-        d = np.maximum(vals, 0.0)
-        # Absolute residual tolerance of the iterative eigensolvers (inexact ADMM): 1e-2 × the last
-        # relative change of H D Hᵀ, within [1e-3 tol, 1e-4], times ||M̃||_2. Early, when B moves
-        # a lot, a loose solve suffices; near the end it is 1000× below the ADMM's tol.
-        lam1 = max(float(vals[0]), 1e-300)
-        change = 1.0
-        m_norm_f = np.sqrt(sum(_weighted_sum(M[b] * M[b], count, b) for b in blocks))
-        E = np.zeros_like(M)
-        Lam = np.zeros_like(M)  # scaled multiplier Ω / μ
-        F = V * np.sqrt(d)[None, :]  # factor of L in the scaled space: C^½ L_g C^½ = F Fᵀ
-        _low_rank_into(F / root[:, None], W)  # W = L⁰ on the cells
-        if self.mu == "spectral":
-            spectral = float(vals[0]) if vals[0] > 0 else _spectral_norm(M * np.outer(root, root))
-            mu = 1.25 / spectral
-        elif self.mu == "residual":
-            max_res = max(float(np.abs(M[b] - W[b]).max()) for b in blocks)
-            mu = 1.0 / max(max_res, 1e-12)
-        else:
-            mu = float(self.mu)
-
-        tracker = None
-        history = {"objective": [], "residual": [], "change": [], "mu": []}
-        converged = False
-        # E¹ and B¹ from (H⁰, D⁰); afterwards each pass fuses step 3 of iteration t with
-        # steps 1–2 of iteration t+1, so that the four g×g arrays are streamed once per iteration.
-        for b in blocks:
-            _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu)
-            if reduced:
-                W[b] *= root[b, None] * root[None, :]
-        for _ in range(int(self.max_iter)):
-            # 2. (H, D)-step on the exactly symmetric S = C^½ B C^½ (in W)
-            iter_tol = lam1 * min(_EIGEN_TOL_CAP, max(1e-3 * self.tol, 0.1 * change))
-            if solver == "subspace":
-                if tracker is None:
-                    tracker = _SubspaceTracker(V, rng)
-                found = tracker.top(W, iter_tol)
-                if found is None:  # not converged in its step budget: a full LOBPCG solve
-                    vals, V = _top_eigenpairs(W, K, "lobpcg", V, rng, iter_tol)
-                    tracker = None
-                else:
-                    order = np.argsort(found[0])[::-1]
-                    vals, V = found[0][order], _fix_signs(found[1][:, order])
-            else:
-                vals, V = _top_eigenpairs(W, K, solver, V, rng, iter_tol)
-            d = np.maximum(vals, 0.0)
-            F_old, F = F, V * np.sqrt(d)[None, :]
-            _low_rank_into(F / root[:, None], W)  # W = Lᵗ on the cells
-            # 3. dual step (residual, l1 objective), then 1.–2. of the next iteration (W: L → S)
-            mu_new = min(self.rho * mu, self.mu_max)
-            shrink = mu / mu_new
-            res_sq = 0.0
-            obj = 0.0
-            for b in blocks:
-                r = E[b] - M[b]
-                r += W[b]
-                obj += _weighted_sum(np.abs(E[b] - r), count, b)  # M − L = E − R
-                res_sq += _weighted_sum(r * r, count, b)
-                Lam[b] += r
-                if shrink != 1.0:
-                    Lam[b] *= shrink
-                _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu_new)
-                if reduced:
-                    W[b] *= root[b, None] * root[None, :]
-            change = _low_rank_change(F_old, F)
-            residual = np.sqrt(res_sq) / m_norm_f
-            history["objective"].append(obj)
-            history["residual"].append(residual)
-            history["change"].append(change)
-            history["mu"].append(mu)
-            mu = mu_new
-            if residual <= self.tol and change <= self.tol:
-                converged = True
-                break
-
-        if not converged:
+        del M
+        history = fit.history
+        if not fit.converged:
             warnings.warn(
                 f"RCC stopped at max_iter={self.max_iter} before reaching tol={self.tol} "
                 f"(relative residual {history['residual'][-1]:.2e}, "
@@ -459,14 +379,13 @@ class RCC(BaseFuser):
                 stacklevel=3,
             )
         if self.store_error:
-            self.error_ = E[np.ix_(cell, cell)] if reduced else E
-        del E, Lam, W, M
-        H = (V / root[:, None])[cell]  # orthonormal columns: Vᵀ C^-½ Pᵀ P C^-½ V = VᵀV
+            self.error_ = fit.error[np.ix_(cell, cell)] if reduced else fit.error
+        H = fit.embedding[cell]  # orthonormal columns: Vᵀ C^-½ Pᵀ P C^-½ V = VᵀV
         self.embedding_ = H
-        self.eigenvalues_ = d
+        self.eigenvalues_ = fit.eigenvalues
         self.n_cells_ = g
         self.n_iter_ = len(history["residual"])
-        self.converged_ = converged
+        self.converged_ = fit.converged
         self.objective_ = history["objective"][-1]
         self.history_ = {k: np.asarray(v, dtype=np.float64) for k, v in history.items()}
         self.labels_ = assign_labels(
@@ -495,6 +414,173 @@ class RCC(BaseFuser):
         self.anmi_ = scores
         for w in caught[choice]:
             warnings.warn(w.message, w.category, stacklevel=4)
+
+
+@dataclass
+class RCCResult:
+    """What :func:`rcc_admm` returns, on the g cells.
+
+    embedding : (g, K) V C^-½, row a = the row of H of every item in cell a.
+    eigenvalues : (K,) diag(D) ≥ 0.  history : lists per iteration ("objective", "residual",
+    "change", "mu"; see RCC.history_).  converged : whether both criteria met ``tol``.
+    error : (g, g) E at the end, only with ``keep_error`` (else None).
+    """
+
+    embedding: np.ndarray
+    eigenvalues: np.ndarray
+    history: dict[str, list[float]]
+    converged: bool
+    error: np.ndarray | None
+
+
+def rcc_admm(
+    M: np.ndarray,
+    sizes: np.ndarray,
+    n_clusters: int,
+    *,
+    solver: str,
+    mu: float | str,
+    rho: float,
+    mu_max: float,
+    max_iter: int,
+    tol: float,
+    rng: np.random.RandomState,
+    keep_error: bool = False,
+) -> RCCResult:
+    """RCC's ADMM on the g cells: min ||M̃ − H D Hᵀ||_1 s.t. HᵀH = I_K, D ≥ 0 diagonal.
+
+    M : (g, g) float64 M̃_g, exactly symmetric, read only; sizes : (g,) items per cell (all 1:
+    the n×n problem). solver : "dense", "subspace", "lobpcg" or "arpack" (RCC's eigen_solver,
+    "auto" resolved); mu, rho, mu_max, max_iter, tol : RCC's parameters (max_iter ≥ 1); rng
+    draws the eigensolvers' random starts. Started from the L2CC solution; each iteration is one
+    top-K eigensolve and one fused pass over four g×g arrays (32 g² bytes in all).
+    """
+    admm = _CellADMM(M, sizes)
+    eig_tol = 1e-10  # relative; the iterative solvers get it times ||M̃||_2
+    vals, V, F, mu = admm.start(n_clusters, mu, rng, eig_tol)
+    d = np.maximum(vals, 0.0)
+    # Absolute residual tolerance of the iterative eigensolvers (inexact ADMM): 1e-2 × the last
+    # relative change of H D Hᵀ, within [1e-3 tol, 1e-4], times ||M̃||_2. Early, when B moves
+    # a lot, a loose solve suffices; near the end it is 1000× below the ADMM's tol.
+    lam1 = max(float(vals[0]), 1e-300)
+    change = 1.0
+    tracker = None
+    history = {"objective": [], "residual": [], "change": [], "mu": []}
+    converged = False
+    # E¹ and B¹ from (H⁰, D⁰); afterwards each pass fuses step 3 of iteration t with
+    # steps 1–2 of iteration t+1, so that the four g×g arrays are streamed once per iteration.
+    admm.primal(mu)
+    for _ in range(max_iter):
+        # 2. (H, D)-step on the exactly symmetric S = C^½ B C^½ (in W)
+        iter_tol = lam1 * min(_EIGEN_TOL_CAP, max(1e-3 * tol, 0.1 * change))
+        vals, V, tracker = _eigen_step(admm.W, V, n_clusters, solver, tracker, rng, iter_tol)
+        d = np.maximum(vals, 0.0)
+        F_old, F = F, V * np.sqrt(d)[None, :]
+        _low_rank_into(F / admm.root[:, None], admm.W)  # W = Lᵗ on the cells
+        # 3. dual step (residual, l1 objective), then 1.–2. of the next iteration (W: L → S)
+        mu_new = min(rho * mu, mu_max)
+        obj, res_sq = admm.dual_and_primal(mu / mu_new, mu_new)
+        change = _low_rank_change(F_old, F)
+        residual = np.sqrt(res_sq) / admm.m_norm_f
+        history["objective"].append(obj)
+        history["residual"].append(residual)
+        history["change"].append(change)
+        history["mu"].append(mu)
+        mu = mu_new
+        if residual <= tol and change <= tol:
+            converged = True
+            break
+    error = admm.E if keep_error else None
+    return RCCResult(V / admm.root[:, None], d, history, converged, error)
+
+
+class _CellADMM:
+    """RCC's ADMM arrays on the g cells: M̃_g (read only), E, the scaled multiplier Λ = Ω / μ
+    and the work array W (each g×g float64), and its fused passes over their row blocks."""
+
+    def __init__(self, M: np.ndarray, sizes: np.ndarray):
+        self.M = M
+        self.count = sizes.astype(np.float64)
+        self.root = np.sqrt(self.count)
+        self.reduced = bool((sizes > 1).any())
+        self.blocks = list(_row_blocks(M.shape[0]))
+        self.W = np.empty_like(M)
+
+    def _scale(self, b: slice) -> None:
+        """W[b] ← C^½ W[b] C^½ (the cells' sizes), when some cell holds several items."""
+        if self.reduced:
+            self.W[b] *= self.root[b, None] * self.root[None, :]
+
+    def start(self, K: int, mu_rule, rng, eig_tol: float):
+        """(H⁰, D⁰) = the L2CC solution (exact, without warm start), from S = C^½ M̃_g C^½ in
+        W; then E = Λ = 0, W ← L⁰ on the cells, and μ⁰. Returns (eigenvalues, V, F, μ⁰) with
+        F the factor of L in the scaled space: C^½ L_g C^½ = F Fᵀ."""
+        M, W, root, blocks = self.M, self.W, self.root, self.blocks
+        W[...] = M
+        for b in blocks:
+            self._scale(b)
+        g = M.shape[0]
+        vals, V = _top_eigenpairs(
+            W, K, "dense" if g <= _DENSE_MAX_N else "arpack", None, rng, eig_tol
+        )
+        d = np.maximum(vals, 0.0)
+        self.m_norm_f = np.sqrt(sum(_weighted_sum(M[b] * M[b], self.count, b) for b in blocks))
+        self.E = np.zeros_like(M)
+        self.Lam = np.zeros_like(M)  # scaled multiplier Ω / μ
+        F = V * np.sqrt(d)[None, :]
+        _low_rank_into(F / root[:, None], W)  # W = L⁰ on the cells
+        if mu_rule == "spectral":
+            spectral = float(vals[0]) if vals[0] > 0 else _spectral_norm(M * np.outer(root, root))
+            mu = 1.25 / spectral
+        elif mu_rule == "residual":
+            max_res = max(float(np.abs(M[b] - W[b]).max()) for b in blocks)
+            mu = 1.0 / max(max_res, 1e-12)
+        else:
+            mu = float(mu_rule)
+        return vals, V, F, mu
+
+    def primal(self, mu: float) -> None:
+        """Steps 1–2 from W = L: E ← S_{1/μ}(M − L − Λ), then W ← S = C^½ (M − E − Λ) C^½."""
+        for b in self.blocks:
+            _primal_block(self.M[b], self.E[b], self.Lam[b], self.W[b], 1.0 / mu)
+            self._scale(b)
+
+    def dual_and_primal(self, shrink: float, mu_new: float) -> tuple[float, float]:
+        """Step 3 from W = L (R = E − M + L, Λ ← (Λ + R)·shrink), then :meth:`primal` at μ_new,
+        in one pass. Returns (||M − L||_1, ||R||_F²), both over the n×n arrays."""
+        M, E, Lam, W, count = self.M, self.E, self.Lam, self.W, self.count
+        res_sq = 0.0
+        obj = 0.0
+        for b in self.blocks:
+            r = E[b] - M[b]
+            r += W[b]
+            obj += _weighted_sum(np.abs(E[b] - r), count, b)  # M − L = E − R
+            res_sq += _weighted_sum(r * r, count, b)
+            Lam[b] += r
+            if shrink != 1.0:
+                Lam[b] *= shrink
+            _primal_block(M[b], E[b], Lam[b], W[b], 1.0 / mu_new)
+            self._scale(b)
+        return obj, res_sq
+
+
+def _eigen_step(W, V, K, solver, tracker, rng, tol):
+    """The (H, D)-step: the top K eigenpairs of W (largest first, signs fixed), warm-started
+    from V. Returns (values, vectors, tracker): the subspace solver's tracker carries its basis
+    to the next call (None after a fallback to LOBPCG, or for the other solvers)."""
+    if solver == "subspace":
+        if tracker is None:
+            tracker = _SubspaceTracker(V, rng)
+        found = tracker.top(W, tol)
+        if found is None:  # not converged in its step budget: a full LOBPCG solve
+            vals, V = _top_eigenpairs(W, K, "lobpcg", V, rng, tol)
+            tracker = None
+        else:
+            order = np.argsort(found[0])[::-1]
+            vals, V = found[0][order], fix_signs(found[1][:, order])
+    else:
+        vals, V = _top_eigenpairs(W, K, solver, V, rng, tol)
+    return vals, V, tracker
 
 
 def _cell_problem(

@@ -22,7 +22,8 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import MISSING, BaseFuser, assign_labels, check_integer, check_real
+from adseg.consensus._base import MISSING, BaseFuser, check_integer, check_real
+from adseg.spectral import assign_labels
 
 _SOLVERS = ("multiplicative", "fista")
 _INITS = ("random", "support")
@@ -56,6 +57,19 @@ def incidence_with_columns(labels: np.ndarray) -> tuple[sp.csr_matrix, np.ndarra
     c = np.concatenate(cols)
     L = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n, offset))
     return L, np.concatenate(colmap).astype(np.int64)
+
+
+def distinct_label_rows(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The R distinct rows of ``labels`` (n × m): (item_rows (n,), each item's row in 0..R−1;
+    first (R,), the first item with each row; counts (R,) float64, items per row).
+    Cost O(n m log n), one row sort."""
+    unique_rows, item_rows, counts = np.unique(
+        labels, axis=0, return_inverse=True, return_counts=True
+    )
+    item_rows = item_rows.ravel()
+    first = np.zeros(unique_rows.shape[0], dtype=np.int64)
+    first[item_rows[::-1]] = np.arange(labels.shape[0])[::-1]
+    return item_rows, first, counts.astype(np.float64)
 
 
 def default_beta(cluster_sizes: np.ndarray, scale: float = 0.5) -> float:
@@ -419,46 +433,18 @@ class RCEC(BaseFuser):
         self._check_params()
         c = int(self.n_clusters)
         L, self.columns_ = incidence_with_columns(labels)
-        K = L.shape[1]
         sizes = np.asarray(L.sum(axis=0)).ravel()
         self.cluster_sizes_ = sizes.astype(np.int64)
         lam, gamma = float(self.lam), float(self.gamma)
-        beta = default_beta(sizes, self.beta_scale) if self.beta == "auto" else float(self.beta)
+        beta = self._beta(sizes)
         self.beta_ = beta
-        zero_bound = 2.0 * np.sqrt(sizes.max())
-        if beta >= zero_bound:
-            chosen = (
-                f"beta_scale={self.beta_scale!r} gives beta={beta:.4g} (beta='auto'), which"
-                if self.beta == "auto"
-                else f"beta={beta:.4g}"
-            )
-            smaller = "beta_scale" if self.beta == "auto" else "beta"
-            raise ValueError(
-                f"{chosen} removes every input cluster: X* = 0 whenever "
-                f"beta ≥ 2·√(largest input cluster) = {zero_bound:.4g}. Use a smaller {smaller}."
-            )
-
         # identical label rows have identical rows in X* — solve on the distinct rows
-        unique_rows, item_rows, counts = np.unique(
-            labels, axis=0, return_inverse=True, return_counts=True
-        )
-        item_rows = item_rows.ravel()
-        first = np.zeros(unique_rows.shape[0], dtype=np.int64)
-        first[item_rows[::-1]] = np.arange(labels.shape[0])[::-1]
-        w = counts.astype(np.float64)
+        item_rows, first, w = distinct_label_rows(labels)
         sw = np.sqrt(w)
-        Lt = L[first].toarray()
+        L_rows = L[first]
+        Lt = L_rows.toarray()
         Lt *= sw[:, None]
-        R = Lt.shape[0]
-
-        if self.init == "random":
-            Z0 = self._rng.uniform(0.0, 1.0, size=(R, K))
-            # Uniform(0,1) can return exactly 0, which the multiplicative update never leaves
-            np.maximum(Z0, 1e-12, out=Z0)
-        else:
-            Z0 = L[first].toarray() + 0.01
-        Z0 *= sw[:, None]
-
+        Z0 = self._start(L_rows, sw)
         kwargs = dict(
             lam=lam, beta=beta, gamma=gamma, tol=float(self.tol), max_iter=int(self.max_iter)
         )
@@ -478,7 +464,58 @@ class RCEC(BaseFuser):
         self.objective_ = history
         self.n_iter_ = len(history) - 1
         self.converged_ = converged
+        self._suppressed(Z, H, Lt, lam, beta, sizes)
+        X_rows = Z / sw[:, None]
+        self.X_unique_ = X_rows
+        self.item_rows_ = item_rows
+        emb, _ = ncut_embedding(X_rows, w, c)
+        # items in no clustering, or whose every input cluster was removed, have a zero row in
+        # X* (the multiplicative update only approaches it): give them a zero embedding row
+        orphan = (L_rows @ (~self.suppressed_mask_).astype(np.float64)) == 0
+        if orphan.any():
+            emb[orphan] = 0.0
+            warnings.warn(
+                f"{int(w[orphan].sum())} items have no input cluster left (they are in no "
+                "clustering, or all their input clusters were removed); they share one segment.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.labels_ = _discretize(emb[item_rows], c, self.assign_labels, self._rng)
 
+    def _beta(self, sizes: np.ndarray) -> float:
+        """The β used (``beta`` or the "auto" rule on the input clusters' ``sizes``); a
+        ValueError when it would remove every input cluster."""
+        beta = default_beta(sizes, self.beta_scale) if self.beta == "auto" else float(self.beta)
+        zero_bound = 2.0 * np.sqrt(sizes.max())
+        if beta >= zero_bound:
+            chosen = (
+                f"beta_scale={self.beta_scale!r} gives beta={beta:.4g} (beta='auto'), which"
+                if self.beta == "auto"
+                else f"beta={beta:.4g}"
+            )
+            smaller = "beta_scale" if self.beta == "auto" else "beta"
+            raise ValueError(
+                f"{chosen} removes every input cluster: X* = 0 whenever "
+                f"beta ≥ 2·√(largest input cluster) = {zero_bound:.4g}. Use a smaller {smaller}."
+            )
+        return beta
+
+    def _start(self, L_rows: sp.csr_matrix, sw: np.ndarray) -> np.ndarray:
+        """The solver's strictly positive start Z⁰ (R × K) on the distinct rows ``L_rows`` of L,
+        scaled by √(items per row) ``sw``: Uniform(0, 1) ("random") or L + 0.01 ("support")."""
+        if self.init == "random":
+            Z0 = self._rng.uniform(0.0, 1.0, size=L_rows.shape)
+            # Uniform(0,1) can return exactly 0, which the multiplicative update never leaves
+            np.maximum(Z0, 1e-12, out=Z0)
+        else:
+            Z0 = L_rows.toarray() + 0.01
+        Z0 *= sw[:, None]
+        return Z0
+
+    def _suppressed(self, Z, H, Lt, lam: float, beta: float, sizes: np.ndarray) -> None:
+        """The input clusters removed at the optimum Z (R × K, H = (ZᵀZ + γI)^-½): sets
+        ``column_norms_``, ``suppressed_mask_``, ``column_weights_`` and
+        ``suppressed_clusters_``; a ValueError when every one was removed. O(R K²)."""
         # zero-column optimality test (module doc): ‖[2L̃_j − λ(ZH)_j + λZ_j H_jj]₊‖ ≤ β
         G = Z @ H
         G -= Z * np.diag(H)[None, :]
@@ -498,23 +535,6 @@ class RCEC(BaseFuser):
                 f"beta={beta:.4g} removed every input cluster; no segmentation is possible. "
                 "Use a smaller beta (or beta_scale)."
             )
-
-        X_rows = Z / sw[:, None]
-        self.X_unique_ = X_rows
-        self.item_rows_ = item_rows
-        emb, _ = ncut_embedding(X_rows, w, c)
-        # items in no clustering, or whose every input cluster was removed, have a zero row in
-        # X* (the multiplicative update only approaches it): give them a zero embedding row
-        orphan = (L[first] @ (~self.suppressed_mask_).astype(np.float64)) == 0
-        if orphan.any():
-            emb[orphan] = 0.0
-            warnings.warn(
-                f"{int(w[orphan].sum())} items have no input cluster left (they are in no "
-                "clustering, or all their input clusters were removed); they share one segment.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        self.labels_ = _discretize(emb[item_rows], c, self.assign_labels, self._rng)
 
     def cleaned_matrix(self) -> np.ndarray:
         """The cleaned assignment matrix X* as (n_items, K) float64 (n·K memory)."""

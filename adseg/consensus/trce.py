@@ -26,7 +26,6 @@ from scipy.sparse.csgraph import connected_components
 from adseg.consensus._base import (
     MISSING,
     BaseFuser,
-    assign_labels,
     average_linkage_cut,
     check_flag,
     check_integer,
@@ -34,6 +33,7 @@ from adseg.consensus._base import (
     missing_as_singletons,
     relabel,
 )
+from adseg.spectral import assign_labels
 
 _ON_MISMATCH = ("repair", "return", "continue", "spectral")
 _EIGEN_SOLVERS = ("auto", "dense", "arpack")

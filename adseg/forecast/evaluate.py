@@ -233,30 +233,86 @@ def evaluate_sources(
     the default marketplace (measurements: docs/algorithms/forecasting.md).
     """
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
     ids = _as_ids(advertiser_ids)
-    n = ids.size
+    _check_sample_counts(win_samples, cost_samples, ids.size)
+    options = _Options.checked(
+        supply=supply,
+        methods=methods,
+        kappa=kappa,
+        kappa_grid=kappa_grid,
+        supply_model=supply_model,
+        supply_engine=supply_engine,
+        spend_price=spend_price,
+        cdf_grid_size=cdf_grid_size,
+        random_state=random_state,
+    )
+    if "forecast" in options.modes and train_delivery is None:
+        raise ValueError("supply='forecast' needs train_delivery (the training window's supply).")
+    ev = _checked_eval_delivery(eval_delivery, ids)
+    sources, own_reference = _checked_sources(segmentations, ids.size, add_references)
+    samples = {
+        "win": SampleSet(win_samples, name="win_samples"),
+        "cost": SampleSet(cost_samples, name="cost_samples"),
+    }
+    inputs = _Inputs(ids, samples, sources, own_reference, options, t0)
+    return _evaluate(inputs, train_delivery, ev)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """:func:`evaluate_sources`' settings, checked; ``modes`` are the supply modes scored and
+    ``kappa`` is "cv" or a float."""
+
+    supply: str
+    modes: list[str]
+    methods: Sequence[str]
+    kappa: float | str
+    kappa_grid: ArrayLike
+    supply_model: str
+    supply_engine: str
+    spend_price: str
+    cdf_grid_size: int
+    random_state: object
+
+    @classmethod
+    def checked(cls, **given) -> _Options:
+        """The settings given, checked in the order the errors are reported."""
+        for name in ("supply", "supply_model", "supply_engine", "spend_price"):
+            if given[name] not in FORECAST_CHOICES[name]:
+                raise ValueError(
+                    f"{name} must be one of {FORECAST_CHOICES[name]}; got {given[name]!r}."
+                )
+        modes = ["actual", "forecast"] if given["supply"] == "both" else [given["supply"]]
+        methods = given["methods"]
+        bad = [m for m in methods if m not in ("segment", "blended")]
+        if bad or not methods:
+            raise ValueError(f"methods must be among 'segment', 'blended'; got {list(methods)}.")
+        return cls(modes=modes, **{**given, "kappa": _check_kappa(given["kappa"])})
+
+    def parameters(self) -> dict:
+        """The settings as :attr:`ForecastResult.parameters` records them."""
+        return {
+            "supply": self.supply,
+            "methods": list(self.methods),
+            "kappa": self.kappa if self.kappa == "cv" else float(self.kappa),
+            "supply_model": self.supply_model,
+            "supply_engine": self.supply_engine,
+            "spend_price": self.spend_price,
+            "cdf_grid_size": int(self.cdf_grid_size),
+            "random_state": self.random_state,
+        }
+
+
+def _check_sample_counts(win_samples, cost_samples, n: int) -> None:
     if len(win_samples) != n or len(cost_samples) != n:
         raise ValueError(
             f"win_samples and cost_samples must have one array per advertiser ({n}); got "
             f"{len(win_samples)} and {len(cost_samples)}."
         )
-    chosen = {
-        "supply": supply,
-        "supply_model": supply_model,
-        "supply_engine": supply_engine,
-        "spend_price": spend_price,
-    }
-    for name, value in chosen.items():
-        if value not in FORECAST_CHOICES[name]:
-            raise ValueError(f"{name} must be one of {FORECAST_CHOICES[name]}; got {value!r}.")
-    modes = ["actual", "forecast"] if supply == "both" else [supply]
-    bad = [m for m in methods if m not in ("segment", "blended")]
-    if bad or not methods:
-        raise ValueError(f"methods must be among 'segment', 'blended'; got {list(methods)}.")
-    kappa = _check_kappa(kappa)
-    if "forecast" in modes and train_delivery is None:
-        raise ValueError("supply='forecast' needs train_delivery (the training window's supply).")
+
+
+def _checked_eval_delivery(eval_delivery: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
+    """The evaluation window's delivery, checked (:func:`_check_delivery`) and not empty."""
     ev = _check_delivery(
         eval_delivery,
         "eval_delivery",
@@ -265,6 +321,14 @@ def evaluate_sources(
     )
     if len(ev) == 0:
         raise ValueError("eval_delivery has no rows: nothing to forecast or score.")
+    return ev
+
+
+def _checked_sources(
+    segmentations: Mapping[str, ArrayLike], n: int, add_references: bool
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The sources to score (``segmentations``, plus the references unless named already), each
+    checked, and the reference "own" array (not tabulated when it is the one added here)."""
     sources: dict[str, np.ndarray] = dict(segmentations)
     if not sources and not add_references:
         raise ValueError("segmentations is empty.")
@@ -274,113 +338,220 @@ def evaluate_sources(
             sources.setdefault(name, seg)
     for name, seg in sources.items():
         _compact_labels(seg, n, name=f"segmentations[{name!r}]")
+    return sources, references["own"]
 
-    samples = {
-        "win": SampleSet(win_samples, name="win_samples"),
-        "cost": SampleSet(cost_samples, name="cost_samples"),
-    }
+
+@dataclass
+class _Inputs:
+    """One evaluation's checked inputs: ``ids`` (n,), ``samples`` {"win"|"cost": SampleSet},
+    ``sources`` {name: (n,) labels}, ``own_reference`` (see ``_checked_sources``), the options
+    and ``t0``, the ``time.perf_counter()`` it started at."""
+
+    ids: np.ndarray
+    samples: dict[str, SampleSet]
+    sources: dict[str, np.ndarray]
+    own_reference: np.ndarray
+    options: _Options
+    t0: float
+
+
+@dataclass
+class _EvalRows:
+    """The evaluation window per delivery row — ``adv`` (R,) advertiser index, ``bid`` (R,) eCPM,
+    ``supply`` {mode: (R,) bid requests} — and per scored advertiser (those with rows, in index
+    order): ``scored`` (S,) their indices, ``pos`` (R,) each row's place among them, and the
+    actual ``impressions`` and ``spend`` (S,) totals (currency)."""
+
+    adv: np.ndarray
+    bid: np.ndarray
+    supply: dict[str, np.ndarray]
+    scored: np.ndarray
+    pos: np.ndarray
+    impressions: np.ndarray
+    spend: np.ndarray
+
+
+def _evaluate(
+    inputs: _Inputs, train_delivery: pd.DataFrame | None, ev: pd.DataFrame
+) -> ForecastResult:
+    """:func:`evaluate_sources` after its checks: index the samples, forecast the supply if
+    asked, tabulate the segments' c.d.f.s, prepare the κ selection, forecast every source and
+    score it, timing each stage."""
+    samples, n, opts = inputs.samples, inputs.ids.size, inputs.options
     own = {k: s.pool(np.arange(n), n) for k, s in samples.items()}
     pooled = {k: s.pool(np.zeros(n, dtype=np.int64), 1) for k, s in samples.items()}
-    timings["index_samples"] = time.perf_counter() - t0
-
-    train_bids = None
-    if train_delivery is not None:
-        tr = _check_delivery(train_delivery, "train_delivery", ids, need=("bid_requests",))
-        if "bid_ecpm" in tr.columns:
-            med = tr.groupby("advertiser_id")["bid_ecpm"].median()
-            train_bids = med.reindex(ids).to_numpy(np.float64)
-
-    # per eval row: advertiser index, bid, actual supply; per advertiser: actual totals
-    row_adv = pd.Index(ids).get_indexer(ev["advertiser_id"])
-    row_bid = ev["bid_ecpm"].to_numpy(np.float64)
-    scored = np.unique(row_adv)
-    pos = np.searchsorted(scored, row_adv)
-    imp_actual = np.bincount(pos, weights=ev["impressions"].to_numpy(np.float64))
-    # delivered spend is whole micros: summed as integers it is exact and reconciles with
-    # billing (a float sum gave 880.1107870000001 for 880.110787); a finer input is rounded
-    spend_micros = np.rint(ev["spend"].to_numpy(np.float64) * MICROS)
-    spend_actual = np.bincount(pos, weights=spend_micros) / MICROS
-    row_supply = {"actual": ev["bid_requests"].to_numpy(np.float64)}
+    timings = {"index_samples": time.perf_counter() - inputs.t0}
+    train_bids = _train_bids(train_delivery, inputs.ids)
+    rows = _eval_rows(ev, inputs.ids)
     supply_frame = None
-    if "forecast" in modes:
+    if "forecast" in opts.modes:
         t = time.perf_counter()
-        row_supply["forecast"], supply_frame = supply_for_rows(
+        rows.supply["forecast"], supply_frame = supply_for_rows(
             train_delivery,
-            ids,
-            row_adv,
+            inputs.ids,
+            rows.adv,
             _dates(ev["date"], "eval_delivery"),
-            model=supply_model,
-            engine=supply_engine,
+            model=opts.supply_model,
+            engine=opts.supply_engine,
         )
         timings["supply_forecast"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    grids = {k: cdf_grid(s, cdf_grid_size) for k, s in samples.items()}
-    cdf_tables, size_tables = [], []
-    for name, seg in sources.items():  # loop over sources
-        size_tables.append(segment_sizes(samples["win"], samples["cost"], seg, name))
-        if name == "own" and seg is references["own"]:
-            continue  # n tiny c.d.f.s: not worth persisting or plotting
-        for kind, s in samples.items():
-            cdf_tables.append(segment_cdf_table(s, seg, grids[kind], kind=kind, source=name))
+    cdf_tables, size_tables = _segment_tables(inputs)
     timings["segment_cdfs"] = time.perf_counter() - t
 
     t = time.perf_counter()
     selectors = {}
-    if "blended" in methods and kappa == "cv":
+    if "blended" in opts.methods and opts.kappa == "cv":
         selectors = {
-            k: KappaSelector(kappa_grid, random_state=random_state).fit(s, train_bids)
+            k: KappaSelector(opts.kappa_grid, random_state=opts.random_state).fit(s, train_bids)
             for k, s in samples.items()
         }
     timings["kappa_prepare"] = time.perf_counter() - t
 
     t = time.perf_counter()
     out_frames, kappa_rows, kappa_used = [], [], {}
-    for name, seg in sources.items():  # loop over sources
-        n_seg = int(_label_values(seg).size)
+    for name, seg in inputs.sources.items():  # loop over sources
         segment_lands = {
             k: Landscape.build(s, seg, math.inf, own=own[k], pooled=pooled[k])
             for k, s in samples.items()
         }
-        for meth in methods:
-            lands = {}
-            for kind in samples:
-                if meth == "segment":
-                    lands[kind] = segment_lands[kind]
-                    continue
-                if kappa == "cv":
-                    kap, curve = selectors[kind].select(seg)
-                    kappa_rows.append(_kappa_row(name, kind, kap, curve))
-                else:
-                    kap = float(kappa)
-                lands[kind] = segment_lands[kind].with_kappa(kap)
+        for meth in opts.methods:
+            lands = _method_landscapes(name, seg, meth, segment_lands, opts, selectors, kappa_rows)
             kappa_used[(name, meth)] = (lands["win"].kappa, lands["cost"].kappa)
-            win_rate = lands["win"].cdf(row_adv, row_bid)
-            if spend_price == "cost":
-                ecost = expected_cost(lands["win"], lands["cost"], row_adv, row_bid)
-            else:  # the cost landscape replaced by the market prices themselves
-                ecost = expected_cost(lands["win"], lands["win"], row_adv, row_bid)
-            for mode in modes:
-                imp_rows = row_supply[mode] * win_rate
-                spend_rows = imp_rows * ecost / 1000.0
-                out_frames.append(
-                    pd.DataFrame(
-                        {
-                            "advertiser_id": ids[scored],
-                            "source": name,
-                            "method": meth,
-                            "supply_mode": mode,
-                            "impressions_forecast": np.bincount(pos, weights=imp_rows),
-                            "impressions_actual": imp_actual,
-                            "spend_forecast": np.bincount(pos, weights=spend_rows),
-                            "spend_actual": spend_actual,
-                            "n_segments": n_seg,
-                        }
-                    )
-                )
+            out_frames += _forecast_frames(inputs, rows, name, seg, meth, lands)
     timings["forecast"] = time.perf_counter() - t
 
     forecasts = pd.concat(out_frames, ignore_index=True)
+    scores = _scores(forecasts, kappa_used)
+    timings["total"] = time.perf_counter() - inputs.t0
+    return ForecastResult(
+        forecasts=forecasts.drop(columns="n_segments"),
+        mape=scores,
+        segment_cdfs=pd.concat(cdf_tables, ignore_index=True)
+        if cdf_tables
+        else pd.DataFrame(columns=["source", "segment", "kind", "bid", "cdf"]),
+        segment_sizes=pd.concat(size_tables, ignore_index=True),
+        kappa=pd.DataFrame(
+            kappa_rows,
+            columns=["source", "kind", "kappa", "loss_own", "loss_segment", "loss_best"],
+        ),
+        supply=supply_frame,
+        timings=timings,
+        parameters=opts.parameters(),
+    )
+
+
+def _train_bids(train_delivery: pd.DataFrame | None, ids: np.ndarray) -> np.ndarray | None:
+    """(n,) each advertiser's median training-window bid (NaN without delivery), or None
+    without training delivery or its bid_ecpm column."""
+    if train_delivery is None:
+        return None
+    tr = _check_delivery(train_delivery, "train_delivery", ids, need=("bid_requests",))
+    if "bid_ecpm" not in tr.columns:
+        return None
+    med = tr.groupby("advertiser_id")["bid_ecpm"].median()
+    return med.reindex(ids).to_numpy(np.float64)
+
+
+def _eval_rows(ev: pd.DataFrame, ids: np.ndarray) -> _EvalRows:
+    """The evaluation window's rows and actual totals (see :class:`_EvalRows`); the supply is
+    the actual one (the caller adds the forecast)."""
+    row_adv = pd.Index(ids).get_indexer(ev["advertiser_id"])
+    scored = np.unique(row_adv)
+    pos = np.searchsorted(scored, row_adv)
+    # delivered spend is whole micros: summed as integers it is exact and reconciles with
+    # billing (a float sum gave 880.1107870000001 for 880.110787); a finer input is rounded
+    spend_micros = np.rint(ev["spend"].to_numpy(np.float64) * MICROS)
+    return _EvalRows(
+        adv=row_adv,
+        bid=ev["bid_ecpm"].to_numpy(np.float64),
+        supply={"actual": ev["bid_requests"].to_numpy(np.float64)},
+        scored=scored,
+        pos=pos,
+        impressions=np.bincount(pos, weights=ev["impressions"].to_numpy(np.float64)),
+        spend=np.bincount(pos, weights=spend_micros) / MICROS,
+    )
+
+
+def _segment_tables(inputs: _Inputs) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+    """Per source: its segments' pooled c.d.f.s on a common grid per kind (the added reference
+    "own" left out: n tiny c.d.f.s, not worth persisting or plotting) and its segment sizes."""
+    samples = inputs.samples
+    grids = {k: cdf_grid(s, inputs.options.cdf_grid_size) for k, s in samples.items()}
+    cdf_tables, size_tables = [], []
+    for name, seg in inputs.sources.items():  # loop over sources
+        size_tables.append(segment_sizes(samples["win"], samples["cost"], seg, name))
+        if name == "own" and seg is inputs.own_reference:
+            continue
+        for kind, s in samples.items():
+            cdf_tables.append(segment_cdf_table(s, seg, grids[kind], kind=kind, source=name))
+    return cdf_tables, size_tables
+
+
+def _method_landscapes(
+    name: str,
+    seg: np.ndarray,
+    meth: str,
+    segment_lands: dict[str, Landscape],
+    opts: _Options,
+    selectors: dict[str, KappaSelector],
+    kappa_rows: list[dict],
+) -> dict[str, Landscape]:
+    """The win and cost landscapes of one source under method ``meth``: the segment c.d.f.s
+    ("segment"), or blended with κ chosen by ``selectors`` (its choice appended to
+    ``kappa_rows``) or fixed ("blended")."""
+    lands = {}
+    for kind in segment_lands:
+        if meth == "segment":
+            lands[kind] = segment_lands[kind]
+            continue
+        if opts.kappa == "cv":
+            kap, curve = selectors[kind].select(seg)
+            kappa_rows.append(_kappa_row(name, kind, kap, curve))
+        else:
+            kap = float(opts.kappa)
+        lands[kind] = segment_lands[kind].with_kappa(kap)
+    return lands
+
+
+def _forecast_frames(
+    inputs: _Inputs, rows: _EvalRows, name: str, seg: np.ndarray, meth: str, lands: dict
+) -> list[pd.DataFrame]:
+    """One source's forecasts under one method, a frame per supply mode: impressions = supply ×
+    win rate at the bid, spend = impressions × expected paid eCPM / 1000, summed per scored
+    advertiser beside the actual totals."""
+    win_rate = lands["win"].cdf(rows.adv, rows.bid)
+    if inputs.options.spend_price == "cost":
+        ecost = expected_cost(lands["win"], lands["cost"], rows.adv, rows.bid)
+    else:  # the cost landscape replaced by the market prices themselves
+        ecost = expected_cost(lands["win"], lands["win"], rows.adv, rows.bid)
+    n_seg = int(_label_values(seg).size)
+    frames = []
+    for mode in inputs.options.modes:
+        imp_rows = rows.supply[mode] * win_rate
+        spend_rows = imp_rows * ecost / 1000.0
+        frames.append(
+            pd.DataFrame(
+                {
+                    "advertiser_id": inputs.ids[rows.scored],
+                    "source": name,
+                    "method": meth,
+                    "supply_mode": mode,
+                    "impressions_forecast": np.bincount(rows.pos, weights=imp_rows),
+                    "impressions_actual": rows.impressions,
+                    "spend_forecast": np.bincount(rows.pos, weights=spend_rows),
+                    "spend_actual": rows.spend,
+                    "n_segments": n_seg,
+                }
+            )
+        )
+    return frames
+
+
+def _scores(forecasts: pd.DataFrame, kappa_used: dict[tuple[str, str], tuple]) -> pd.DataFrame:
+    """The MAPE frame of :class:`ForecastResult`: :func:`score_forecasts` with each source's
+    number of segments and the blended method's κs (NaN for "segment")."""
     scores = score_forecasts(forecasts)
     nseg = forecasts.groupby(["source"], sort=False)["n_segments"].first()
     scores.insert(8, "n_segments", scores["source"].map(nseg).astype(np.int64))
@@ -393,33 +564,7 @@ def evaluate_sources(
         for s, m in zip(scores["source"], scores["method"], strict=True)
     ]
     cols = [*scores.columns[:9], "kappa_win", "kappa_cost", "n_missing_forecast"]
-    scores = scores[cols]
-    forecasts = forecasts.drop(columns="n_segments")
-    timings["total"] = time.perf_counter() - t0
-    return ForecastResult(
-        forecasts=forecasts,
-        mape=scores,
-        segment_cdfs=pd.concat(cdf_tables, ignore_index=True)
-        if cdf_tables
-        else pd.DataFrame(columns=["source", "segment", "kind", "bid", "cdf"]),
-        segment_sizes=pd.concat(size_tables, ignore_index=True),
-        kappa=pd.DataFrame(
-            kappa_rows,
-            columns=["source", "kind", "kappa", "loss_own", "loss_segment", "loss_best"],
-        ),
-        supply=supply_frame,
-        timings=timings,
-        parameters={
-            "supply": supply,
-            "methods": list(methods),
-            "kappa": kappa if kappa == "cv" else float(kappa),
-            "supply_model": supply_model,
-            "supply_engine": supply_engine,
-            "spend_price": spend_price,
-            "cdf_grid_size": int(cdf_grid_size),
-            "random_state": random_state,
-        },
-    )
+    return scores[cols]
 
 
 def _check_kappa(kappa) -> float | str:

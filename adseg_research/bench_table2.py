@@ -2,8 +2,8 @@
 
 Protocol (spec rcc.md §6): for each data set, ``n_repetitions`` ensembles of ``n_clusterings``
 k-means runs (k = the true class count, one k-means++ start per run, each run its own seed);
-items shuffled per repetition with a recorded seed (``adseg.bench.kmeans_ensembles``: repetition r
-uses seed + r for both the k-means seeds and the item permutation); every fuser gets the very same
+items shuffled per repetition with a recorded seed (``bench.kmeans_ensembles``: repetition r uses
+seed + r for both the k-means seeds and the item permutation); every fuser gets the very same
 label matrix; ACC = Hungarian clustering accuracy. "k-means" is the mean ACC of the ensemble's
 own base clusterings.
 
@@ -17,22 +17,24 @@ subsample of 2,900 documents (seeded; the paper's Reuters is 2900×1000, 10 larg
 Entry point for ``adseg bench consensus``::
 
     run_table2(datasets=TABLE2_DATASETS, n_repetitions=10, n_clusterings=40, seed=0,
-               preprocessing="raw") -> pandas.DataFrame   # one row per (set, repetition, method)
+               preprocessing="raw", data_dir=None)
+        -> pandas.DataFrame                              # one row per (set, repetition, method)
     format_table2(frame) -> str                          # Markdown, paper's numbers beside ours
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from adseg.bench import Ensemble, evaluate, kmeans_ensembles
 from adseg.consensus.l2 import KC, L2CC
 from adseg.consensus.rcc import RCC
-from adseg.datasets import REUTERS10_SUFFIX, dataset_path, load_dataset, load_reuters10
+from adseg_research.bench import Ensemble, evaluate, kmeans_ensembles
+from adseg_research.datasets import REUTERS10_SUFFIX, dataset_path, load_dataset, load_reuters10
 
 __all__ = [
     "PAPER_TABLE2",
@@ -86,31 +88,32 @@ def default_methods() -> dict[str, FuserFactory]:
     }
 
 
-def check_table2_name(name: str) -> None:
+def check_table2_name(name: str, data_dir: str | Path | None = None) -> None:
     """Refuse a set ``load_table2_features`` cannot read, before any work (ValueError for a
     path-like name, FileNotFoundError for a missing file): reuters10 is its texts, the rest
-    ``NAME.npz``."""
-    dataset_path(name, REUTERS10_SUFFIX if name == "reuters10" else ".npz")
+    ``NAME.npz``, in ``data_dir`` (None: ``datasets.find_datasets_dir``)."""
+    dataset_path(name, REUTERS10_SUFFIX if name == "reuters10" else ".npz", data_dir=data_dir)
 
 
 def load_table2_features(
-    name: str, preprocessing: str = "raw", seed: int = 0
+    name: str, preprocessing: str = "raw", seed: int = 0, data_dir: str | Path | None = None
 ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
-    """Features and 0-based classes of one Table 2 set, preprocessed as the module docstring says.
+    """Features and 0-based classes of one Table 2 set from ``data_dir`` (None:
+    ``datasets.find_datasets_dir``), preprocessed as the module docstring says.
     Returns (X (n, d) dense or CSR, y (n,))."""
     if preprocessing not in PREPROCESSING:
         raise ValueError(f"preprocessing must be one of {PREPROCESSING}; got {preprocessing!r}.")
     if name == "reuters10":
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        texts, y = load_reuters10()
+        texts, y = load_reuters10(data_dir)
         rng = np.random.default_rng(seed)
         keep = np.sort(rng.choice(len(texts), size=min(REUTERS_N_DOCS, len(texts)), replace=False))
         vec = TfidfVectorizer(max_features=REUTERS_N_TERMS, stop_words="english", sublinear_tf=True)
         X = vec.fit_transform([texts[i] for i in keep]).tocsr()
         _, y = np.unique(y[keep], return_inverse=True)
         return X, y.astype(np.int64)
-    ds = load_dataset(name)
+    ds = load_dataset(name, data_dir)
     if ds.X is None:
         raise ValueError(f"{name!r} has no feature matrix (Table 2 needs features).")
     X = ds.X
@@ -133,11 +136,13 @@ def table2_ensembles(
     seed: int = 0,
     preprocessing: str = "raw",
     kmeans_init: str = "k-means++",
+    data_dir: str | Path | None = None,
 ) -> tuple[list[Ensemble], int]:
-    """The base clusterings of one set: ``n_repetitions`` ensembles of ``n_clusterings`` k-means
+    """The base clusterings of one set (read from ``data_dir``, None:
+    ``datasets.find_datasets_dir``): ``n_repetitions`` ensembles of ``n_clusterings`` k-means
     runs (initialised by ``kmeans_init``: "k-means++" or "random"), items shuffled with
     seed + repetition. Returns (ensembles, n_classes)."""
-    X, y = load_table2_features(name, preprocessing, seed)
+    X, y = load_table2_features(name, preprocessing, seed, data_dir)
     k = int(np.unique(y).size)
     ens = kmeans_ensembles(
         X,
@@ -161,6 +166,7 @@ def run_table2(
     progress: Callable[[str], None] | None = None,
     external: Callable[[list[Ensemble], int], pd.DataFrame] | None = None,
     kmeans_init: str = "k-means++",
+    data_dir: str | Path | None = None,
 ) -> pd.DataFrame:
     """Run the Table 2 protocol.
 
@@ -173,9 +179,10 @@ def run_table2(
     methods : name → factory(n_clusters, seed) of fusers; default ``default_methods()``.
     progress : optional callback receiving one line per finished (set, preprocessing).
     kmeans_init : "k-means++" (default) or "random", the base k-means runs' initialisation.
+    data_dir : the benchmark data folder; None: ``datasets.find_datasets_dir()``.
     external : optional callback (ensembles, n_clusters) → frame with the columns of
-        ``adseg.bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods
-        run outside this process on the very same base clusterings (the peer library).
+        ``bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods run
+        outside this process on the very same base clusterings (the peer library).
 
     Returns
     -------
@@ -195,6 +202,7 @@ def run_table2(
                 seed=seed,
                 preprocessing=prep,
                 kmeans_init=kmeans_init,
+                data_dir=data_dir,
             )
             frame = evaluate(ens, methods, k)
             if external is not None:

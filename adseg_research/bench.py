@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import check_random_state
 
-from adseg.ensemble import kmeans_ensemble
 from adseg.metrics import ari, clustering_accuracy, nmi
+from adseg_research.ensemble import kmeans_ensemble
 
 HAND_WRITTEN = re.compile(
     r"^## (?:Analysis|Addendum\b.*|.*\((?:hand-written|hand-added|written by hand)\b.*)$",
@@ -143,7 +143,7 @@ def kmeans_ensembles(
 ) -> list[Ensemble]:
     """``n_repetitions`` ensembles of ``size`` k-means runs each (different seeds per run), e.g.
     200 runs split 10 × 20, or 40 runs × 10 repetitions. Items are shuffled per repetition.
-    ``init`` is k-means' initialisation (``adseg.ensemble.kmeans_ensemble``)."""
+    ``init`` is k-means' initialisation (``adseg_research.ensemble.kmeans_ensemble``)."""
     out = []
     for r in range(n_repetitions):
         rep_seed = seed + r

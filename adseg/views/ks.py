@@ -1,0 +1,113 @@
+"""The KS views: graphs of advertisers whose price samples do not differ significantly.
+
+For each α, S_ij = 1[dist_ij ≤ C_α] of the scaled KS distances (adseg.landscape) is segmented
+by normalised cut (adseg.views.ncut), one base clustering per α; advertisers with fewer than
+``min_samples`` samples get -1. Memory and time: see the package docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import check_random_state
+
+from adseg.landscape import ks_critical_value, ks_distance_matrix
+from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
+from adseg.views.ncut import NormalizedCutClustering
+
+log = logging.getLogger("adseg.views")  # the job log's name for every view step
+
+__all__ = ["ks_graph", "ks_view"]
+
+
+def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
+    """Adjacency S_ij = 1[dist_ij ≤ C_α] (paper Eq. 42) as an (n, n) float64 0/1 array; NaN
+    distances (empty samples) are unlinked, the diagonal is 1 (dist_ii = 0)."""
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != d.shape[1]:
+        raise ValueError(f"distances must be a square matrix; got shape {d.shape}.")
+    with np.errstate(invalid="ignore"):
+        s = (d <= ks_critical_value(alpha)).astype(np.float64)
+    np.fill_diagonal(s, 1.0)
+    return s
+
+
+def ks_view(
+    samples: Sequence,
+    view: str,
+    config: ViewConfig | None = None,
+    random_state=None,
+) -> BaseClusterings:
+    """One KS view: distances once, then a normalised-cut clustering per α in config.alphas.
+
+    samples : n 1-D arrays (eCPM prices; any length, empty allowed). Advertisers with fewer than
+        ``config.min_samples`` samples get -1 in every column of this view.
+    Returns BaseClusterings with labels (n, len(alphas)). If fewer than 2 advertisers qualify the
+    view has no columns (a warning says so). Cost: see the module docstring.
+    """
+    config = config or ViewConfig()
+    rng = check_random_state(random_state)
+    seeds = rng.randint(0, 2**31 - 1, size=len(config.alphas))
+    sizes = np.array([np.asarray(s).size for s in samples], dtype=np.int64)
+    n = sizes.size
+    keep = np.flatnonzero(sizes >= config.min_samples)
+    if keep.size < 2:
+        warnings.warn(
+            f"KS view {view!r}: only {keep.size} of {n} advertisers have ≥ {config.min_samples}"
+            " samples; the view is skipped.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
+    t0 = time.perf_counter()
+    dist = ks_distance_matrix([samples[i] for i in keep], memory_mb=config.ks_memory_mb)
+    ks_seconds = time.perf_counter() - t0
+    # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
+    log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
+    labels = np.full((n, len(config.alphas)), -1, dtype=np.int64)
+    rows = []
+    for c, alpha in enumerate(config.alphas):  # loop over significance levels
+        t1 = time.perf_counter()
+        graph = ks_graph(dist, alpha)
+        n_edges = int((graph.sum() - keep.size) // 2)
+        n_clusters = None if config.n_clusters is None else min(config.n_clusters, keep.size)
+        model = NormalizedCutClustering(
+            n_clusters=n_clusters,
+            k_range=config.k_range,
+            k_selection=config.k_selection,
+            assign_method=config.assign_method,
+            n_init=config.n_init,
+            random_state=int(seeds[c]),
+        ).fit(graph)
+        del graph
+        labels[keep, c] = model.labels_
+        log.info(
+            "view %s alpha=%g: %d clusters, %.1f s",
+            view,
+            alpha,
+            model.n_clusters_,
+            time.perf_counter() - t1,
+        )
+        rows.append(
+            {
+                "view": view,
+                "parameter": f"alpha={alpha:g}",
+                "n_clusters": model.n_clusters_,
+                "n_excluded": int(n - keep.size),
+                "seconds": time.perf_counter() - t1 + ks_seconds / len(config.alphas),
+                "alpha": alpha,
+                "k": np.nan,
+                "critical_value": ks_critical_value(alpha),
+                "n_edges": n_edges,
+                "n_components": model.n_components_,
+                "n_isolated": model.n_isolated_,
+                "ks_seconds": ks_seconds,
+            }
+        )
+    distances = {view: (dist, keep)} if config.keep_distances else {}
+    return BaseClusterings(labels, pd.DataFrame(rows), distances)
