@@ -51,6 +51,7 @@ from adseg.metrics import ari
 from adseg.model_stage import (
     BACKTEST_FUSERS,
     MODEL_SOURCE,
+    Delivery,
     backtest_split,
     choose_k,
     fit_model_view,
@@ -700,6 +701,8 @@ class ModelStage(NamedTuple):
     reason: str
     k_scores: dict
     notes: list
+    delivery_cap: float = 0.0  # the cap on the delivery evidence (by backtest; 0: none)
+    cap_scores: dict = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 def _with_model_column(labels, columns, model, k: int):
@@ -727,7 +730,14 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
         data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
     choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
-    model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
+    model, notes = fit_model_view(
+        data.win_samples,
+        data.descriptions,
+        choices.k,
+        config.seed,
+        Delivery.of(data.train_delivery, data.advertiser_ids),
+        choices.delivery_cap,
+    )
     labels, columns = views.labels, views.columns
     if not config.paper_fusion:
         labels, columns = _with_model_column(labels, columns, model, choices.k)
@@ -755,6 +765,8 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
         reason,
         choices.k_scores,
         choices.notes + notes,
+        choices.delivery_cap,
+        choices.cap_scores,
     )
 
 
@@ -929,7 +941,13 @@ def _model_record(chosen: ModelStage, columns: pd.DataFrame) -> dict:
     return {
         "recommended_source": chosen.recommended,
         "recommendation_reason": chosen.reason,
-        "model": {"k": chosen.k, "k_backtest": chosen.k_scores, "notes": chosen.notes},
+        "model": {
+            "k": chosen.k,
+            "k_backtest": chosen.k_scores,
+            "delivery_cap": chosen.delivery_cap,
+            "delivery_cap_backtest": {f"{c:g}": v for c, v in chosen.cap_scores.items()},
+            "notes": chosen.notes,
+        },
         "column_weights": [
             {"view": str(v), "parameter": str(p), "weight": float(w)}
             for v, p, w in zip(columns["view"], columns["parameter"], chosen.weights, strict=True)
