@@ -29,7 +29,13 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
-__all__ = ["MixtureSegmentation", "bin_edges", "binned_counts", "model_features"]
+__all__ = [
+    "MixtureSegmentation",
+    "bin_edges",
+    "binned_counts",
+    "delivery_log_likelihood",
+    "model_features",
+]
 
 
 def bin_edges(samples: list[np.ndarray], n_bins: int) -> np.ndarray:
@@ -282,3 +288,44 @@ def model_features(
     except ValueError:  # no word in two descriptions: the text brings no evidence
         words = sp.csr_matrix((len(texts), 1))
     return [prices, sp.csr_matrix(words, dtype=np.float64)], edges
+
+
+def segment_win_rates(log_theta: np.ndarray, edges: np.ndarray, top: float, bids) -> np.ndarray:
+    """(n, K) win rate F_k(b_i) of each segment at each bid: the share of the segment's binned
+    market prices below the bid, linear inside a bin (the first bin starts at 0, the last ends
+    at ``top``, the highest pooled price). log_theta : (K, B) log bin shares with B =
+    len(edges) + 1; bids : (n,) eCPM. Cost O(n · K)."""
+    theta = np.exp(np.asarray(log_theta, dtype=np.float64))
+    cum = np.concatenate([np.zeros((theta.shape[0], 1)), np.cumsum(theta, axis=1)], axis=1)
+    bounds = np.concatenate([[0.0], np.asarray(edges, dtype=np.float64), [max(top, 0.0)]])
+    bids = np.asarray(bids, dtype=np.float64)
+    j = np.clip(np.searchsorted(bounds, bids, side="right") - 1, 0, theta.shape[1] - 1)
+    width = bounds[j + 1] - bounds[j]
+    frac = np.clip((bids - bounds[j]) / np.where(width > 0, width, 1.0), 0.0, 1.0)
+    return (cum[:, j] + theta[:, j] * frac).T
+
+
+def delivery_log_likelihood(
+    log_theta: np.ndarray,
+    edges: np.ndarray,
+    top: float,
+    requests,
+    wins,
+    bids,
+    max_count: float,
+) -> np.ndarray:
+    """(n, K) log-likelihood of each advertiser's delivery under each segment: its ``wins``
+    (impressions) out of ``requests`` (bid requests) at its bid are binomial with the segment's
+    win rate at that bid (:func:`segment_win_rates`), the evidence capped at ``max_count``
+    requests as the samples are (``max_count`` 0: no delivery evidence, all zeros). An
+    advertiser without requests gets 0 for every segment. Win rates are clipped to
+    [1e-3, 1 − 1e-3]. Cost O(n · K)."""
+    requests = np.asarray(requests, dtype=np.float64)
+    wins = np.clip(np.asarray(wins, dtype=np.float64), 0.0, requests)
+    out = np.zeros((requests.size, np.shape(log_theta)[0]))
+    if max_count <= 0:
+        return out
+    rate = np.clip(segment_win_rates(log_theta, edges, top, bids), 1e-3, 1 - 1e-3)
+    scale = np.minimum(1.0, max_count / np.maximum(requests, 1.0))[:, None]
+    out += scale * (wins[:, None] * np.log(rate) + (requests - wins)[:, None] * np.log1p(-rate))
+    return out

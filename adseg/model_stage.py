@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from adseg.mixture import MixtureSegmentation, model_features
-from adseg.selection import Backtest, column_weights, k_grid, select_model_k
+from adseg.mixture import MixtureSegmentation, delivery_log_likelihood, model_features
+from adseg.selection import (
+    Backtest,
+    column_weights,
+    k_grid,
+    parsimonious_choice,
+    select_model_k,
+)
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +29,9 @@ N_BINS = 40
 """Equal-share bins of the pooled market prices."""
 MAX_COUNT = 300.0
 """Evidence cap per advertiser, in samples (see adseg.mixture)."""
+DELIVERY_CAPS = (0.0, 30.0, 100.0, 300.0)
+"""Candidate caps, in bid requests, on each advertiser's delivery evidence (0: none); the
+backtest chooses (see :func:`place`)."""
 BACKTEST_FUSERS = ("rcc", "l2")
 """Fusers also run on the backtest (when the run runs them), so that they can be recommended."""
 
@@ -70,6 +79,8 @@ class Choices:
     k_scores: dict[int, float] = field(default_factory=dict)
     fit_labels: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    delivery_cap: float = 0.0
+    cap_scores: dict[float, float] = field(default_factory=dict)
 
 
 def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int) -> Choices:
@@ -91,25 +102,91 @@ def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int
         k = grid[len(grid) // 2]
         return Choices(k, notes=[f"backtest failed ({str(exc).rstrip('.')}): model K = {k}"])
     log.info("model view: K = %d by backtest (%s)", k, _scores_text(scores))
-    return Choices(k, scores, fits[k].labels_)
+    cap, cap_scores, labels = choose_delivery_cap(backtest, fits[k])
+    log.info("model view: delivery evidence capped at %g requests by backtest", cap)
+    return Choices(k, scores, labels, delivery_cap=cap, cap_scores=cap_scores)
+
+
+@dataclass
+class Delivery:
+    """Each advertiser's delivery over a window (advertiser order): bid requests and
+    impressions summed over the days, and the median bid (eCPM); zeros without a row."""
+
+    requests: np.ndarray
+    wins: np.ndarray
+    bids: np.ndarray
+
+    @classmethod
+    def of(cls, delivery: pd.DataFrame | None, ids) -> Delivery:
+        """From delivery rows (advertiser_id, bid_requests, impressions, bid_ecpm). O(rows)."""
+        index = pd.Index(np.asarray(ids, dtype=object))
+        if delivery is None or len(delivery) == 0:
+            zeros = np.zeros(len(index))
+            return cls(zeros, zeros.copy(), zeros.copy())
+        g = delivery.groupby("advertiser_id").agg(
+            requests=("bid_requests", "sum"),
+            wins=("impressions", "sum"),
+            bids=("bid_ecpm", "median"),
+        )
+        g = g.reindex(index).fillna(0.0)
+        return cls(*(g[c].to_numpy(dtype=np.float64) for c in ("requests", "wins", "bids")))
+
+
+def place(fit: MixtureSegmentation, views, edges, top: float, delivery: Delivery, cap: float):
+    """(n,) segments of the fitted model view with each advertiser's delivery as one more piece
+    of evidence: the posterior from its samples and words times the binomial likelihood of its
+    wins at its bid (:func:`adseg.mixture.delivery_log_likelihood`, capped at ``cap``
+    requests). ``cap`` 0 gives the fit's own labels. Cost O(n · K)."""
+    if cap <= 0:
+        return fit.labels_
+    extra = delivery_log_likelihood(
+        fit.log_theta_[0], edges, top, delivery.requests, delivery.wins, delivery.bids, cap
+    )
+    return np.argmax(fit.predict_log_proba(views) + extra, axis=1).astype(np.int64)
+
+
+def _top(win_samples) -> float:
+    """The highest market price of the window (the last price bin's upper end)."""
+    return max((float(np.max(s)) for s in win_samples if np.size(s)), default=0.0)
+
+
+def choose_delivery_cap(backtest: Backtest, fit: MixtureSegmentation):
+    """(cap, {cap: score}, labels at that cap): the backtest's fit placed with the first part's
+    delivery at each of :data:`DELIVERY_CAPS`, scored on the held-out days; the smallest cap
+    within 1 % of the best (:func:`adseg.selection.parsimonious_choice`). Cost: one forecast
+    per candidate."""
+    views, edges = model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
+    delivery = Delivery.of(backtest.fit_delivery, backtest.advertiser_ids)
+    top = _top(backtest.win_samples)
+    labels = {c: place(fit, views, edges, top, delivery, c) for c in DELIVERY_CAPS}
+    table = backtest.score({f"cap {c:g}": lab for c, lab in labels.items()})
+    scores = {c: float(table.loc[f"cap {c:g}", "score"]) for c in DELIVERY_CAPS}
+    cap = parsimonious_choice(scores)
+    return cap, scores, labels[cap]
 
 
 def _scores_text(scores: dict[int, float]) -> str:
     return ", ".join(f"K={k}: {100 * v:.2f} %" for k, v in scores.items())
 
 
-def fit_model_view(win_samples, descriptions, k: int, seed: int) -> tuple[np.ndarray, list[str]]:
-    """(n,) model-view labels on the full training window, and notes (a fit that did not
-    converge says so). Cost O(iterations · (N + n · K · bins)); nothing n × n."""
-    views, _ = model_features(win_samples, descriptions, n_bins=N_BINS)
+def fit_model_view(
+    win_samples, descriptions, k: int, seed: int, delivery: Delivery | None = None, cap=0.0
+) -> tuple[np.ndarray, list[str]]:
+    """(n,) model-view labels on the full training window, placed with the window's
+    ``delivery`` at ``cap`` (:func:`place`), and notes (a fit that did not converge says so).
+    Cost O(iterations · (N + n · K · bins)); nothing n × n."""
+    views, edges = model_features(win_samples, descriptions, n_bins=N_BINS)
     fit = estimator(seed, k).fit(views)
+    labels = fit.labels_
+    if delivery is not None:
+        labels = place(fit, views, edges, _top(win_samples), delivery, cap)
     notes = []
     if not fit.converged_:
         notes.append(
             f"model view: EM did not converge in {fit.max_iter} iterations (K = {k}); "
             "the recommendation falls back to the primary fuser"
         )
-    return fit.labels_, notes
+    return labels, notes
 
 
 def weights_from_backtest(

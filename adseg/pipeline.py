@@ -40,6 +40,7 @@ from adseg.metrics import ari
 from adseg.model_stage import (
     BACKTEST_FUSERS,
     MODEL_SOURCE,
+    Delivery,
     choose_k,
     fit_model_view,
     weights_from_backtest,
@@ -419,6 +420,8 @@ class ModelStage(NamedTuple):
     reason: str
     k_scores: dict
     notes: list
+    delivery_cap: float = 0.0  # the cap on the delivery evidence (by backtest; 0: none)
+    cap_scores: dict = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 def _with_model_column(labels, columns, model, k: int):
@@ -446,7 +449,14 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
         data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
     choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
-    model, notes = fit_model_view(data.win_samples, data.descriptions, choices.k, config.seed)
+    model, notes = fit_model_view(
+        data.win_samples,
+        data.descriptions,
+        choices.k,
+        config.seed,
+        Delivery.of(data.train_delivery, data.advertiser_ids),
+        choices.delivery_cap,
+    )
     labels, columns = views.labels, views.columns
     if not config.paper_fusion:
         labels, columns = _with_model_column(labels, columns, model, choices.k)
@@ -474,6 +484,8 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
         reason,
         choices.k_scores,
         choices.notes + notes,
+        choices.delivery_cap,
+        choices.cap_scores,
     )
 
 

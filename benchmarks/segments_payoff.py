@@ -72,7 +72,7 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
     t0 = time.perf_counter()
     result = run_nightly(engine, config=config)
     wall = time.perf_counter() - t0
-    model_k = store.get_run(engine, result.run_id)["parameters"]["resolved"]["model"]["k"]
+    model = store.get_run(engine, result.run_id)["parameters"]["resolved"]["model"]
     engine.dispose()
     rec = result.recommended_source
     mape = result.result.mape
@@ -83,7 +83,8 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
     bands = bands[bands["supply_mode"] == "actual"]
     bands = pd.concat([bands, bands[bands["source"] == rec].assign(source="recommended")])
     info = dict(family=family, market_seed=market_seed, seed=seed, recommended=rec, wall_s=wall)
-    info["k"], info["model_k"] = result.n_segments, model_k
+    info["k"], info["model_k"] = result.n_segments, model["k"]
+    info["delivery_cap"] = model.get("delivery_cap")
     keep = ["source", "method", "impressions_mape", "spend_mape", "n_segments", "ari"]
     return rows[keep].assign(**info), bands.assign(**info), info
 
@@ -206,7 +207,9 @@ def main() -> None:
             f"## Family `{family}`",
             "",
             f"Recommended: {chosen}; the model view's K (by backtest): "
-            f"{sorted(r['model_k'].tolist()) if 'model_k' in r else 'not recorded'}; the fusers' "
+            f"{sorted(r['model_k'].tolist()) if 'model_k' in r else 'not recorded'}; the cap on "
+            f"the delivery evidence (by backtest, requests; 0 = none): "
+            f"{r['delivery_cap'].value_counts().sort_index().to_dict()}; the fusers' "
             f"K (the KS views' median): {sorted(r['k'].tolist())}; nightly wall "
             f"median {r['wall_s'].median():.1f} s.",
             "",

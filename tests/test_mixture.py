@@ -203,3 +203,71 @@ def test_the_backtest_scores_spend_with_the_runs_spend_price(planted_market):
     impressions = [c for c in cost.columns if c.startswith("impressions")]
     pd.testing.assert_frame_equal(cost[impressions], market[impressions])
     assert not np.allclose(cost["spend_mape_blended"], market["spend_mape_blended"])
+
+
+def test_segment_win_rates_read_the_binned_price_distribution():
+    from adseg.mixture import segment_win_rates
+
+    edges = np.array([1.0, 2.0, 4.0])  # bins [0,1) [1,2) [2,4) [4,8]
+    theta = np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    bids = np.array([0.0, 0.5, 1.0, 3.0, 8.0, 9.0])
+    got = segment_win_rates(np.log(theta), edges, 8.0, bids)
+    expected = np.array(
+        [
+            [0.0, 0.05, 0.1, 0.3 + 0.15, 1.0, 1.0],
+            [0.0, 0.125, 0.25, 0.5 + 0.125, 1.0, 1.0],
+        ]
+    ).T
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+def test_delivery_likelihood_is_binomial_and_capped():
+    from scipy.stats import binom
+
+    from adseg.mixture import delivery_log_likelihood, segment_win_rates
+
+    edges = np.array([1.0, 2.0, 4.0])
+    log_theta = np.log(np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]]))
+    requests, wins, bids = (
+        np.array([40.0, 0.0, 1000.0]),
+        np.array([12.0, 0.0, 500.0]),
+        np.array([3.0, 3.0, 1.5]),
+    )
+    got = delivery_log_likelihood(log_theta, edges, 8.0, requests, wins, bids, max_count=100)
+    rate = segment_win_rates(log_theta, edges, 8.0, bids)
+    direct = binom.logpmf(wins[0], requests[0], rate[0]) - binom.logpmf(wins[0], requests[0], 0.5)
+    # below the cap: the binomial up to a constant per advertiser
+    np.testing.assert_allclose(got[0] - got[0, 0], direct - direct[0])
+    assert np.all(got[1] == 0)  # no requests, no evidence
+    # above the cap: scaled to 100 requests
+    full = delivery_log_likelihood(log_theta, edges, 8.0, requests, wins, bids, max_count=1e9)
+    np.testing.assert_allclose(got[2], full[2] * 100 / 1000)
+    assert np.all(delivery_log_likelihood(log_theta, edges, 8.0, requests, wins, bids, 0) == 0)
+
+
+def test_delivery_places_advertisers_without_samples(planted_market):
+    """Advertisers whose samples are withheld (and words too) are placed by their wins at their
+    bid: with the delivery evidence they land in their planted segment far more often."""
+    from adseg.model_stage import Delivery, place
+
+    backtest, truth, market = planted_market
+    rng = np.random.default_rng(0)
+    hidden = rng.choice(len(truth), 60, replace=False)
+    win = [np.array([]) if i in set(hidden) else s for i, s in enumerate(backtest.win_samples)]
+    texts = ["" if i in set(hidden) else t for i, t in enumerate(backtest.descriptions)]
+    views, edges = model_features(win, texts)
+    fit = MixtureSegmentation(10, random_state=0).fit(views)
+    delivery = Delivery.of(backtest.fit_delivery, backtest.advertiser_ids)
+    top = max(float(np.max(s)) for s in win if s.size)
+    plain = place(fit, views, edges, top, delivery, 0.0)
+    np.testing.assert_array_equal(plain, fit.labels_)
+    placed = place(fit, views, edges, top, delivery, 100.0)
+    shown = np.setdiff1d(np.arange(len(truth)), hidden)
+    # the segment of each label, read from the advertisers that kept their samples
+    owner = {
+        k: np.bincount(truth[shown][fit.labels_[shown] == k]).argmax()
+        for k in range(10)
+        if np.any(fit.labels_[shown] == k)
+    }
+    right = lambda lab: np.mean([owner.get(lab[i], -1) == truth[i] for i in hidden])  # noqa: E731
+    assert right(placed) >= 0.6 > right(plain) + 0.3, (right(placed), right(plain))

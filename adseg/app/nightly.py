@@ -231,7 +231,13 @@ def _model_record(chosen: ModelStage, columns: pd.DataFrame) -> dict:
     return {
         "recommended_source": chosen.recommended,
         "recommendation_reason": chosen.reason,
-        "model": {"k": chosen.k, "k_backtest": chosen.k_scores, "notes": chosen.notes},
+        "model": {
+            "k": chosen.k,
+            "k_backtest": chosen.k_scores,
+            "delivery_cap": chosen.delivery_cap,
+            "delivery_cap_backtest": {f"{c:g}": v for c, v in chosen.cap_scores.items()},
+            "notes": chosen.notes,
+        },
         "column_weights": [
             {"view": str(v), "parameter": str(p), "weight": float(w)}
             for v, p, w in zip(columns["view"], columns["parameter"], chosen.weights, strict=True)
