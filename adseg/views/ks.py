@@ -14,15 +14,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from adseg.landscape import ks_critical_value, ks_distance_matrix
+from adseg.landscape import ks_critical_value, ks_distance_matrix, ks_distance_pairs
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
 from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
 
-__all__ = ["ks_graph", "ks_view"]
+__all__ = ["ks_graph", "ks_sparse_graphs", "ks_view"]
 
 
 def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
@@ -35,6 +36,33 @@ def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
         s = (d <= ks_critical_value(alpha)).astype(np.float64)
     np.fill_diagonal(s, 1.0)
     return s
+
+
+def ks_sparse_graphs(
+    samples: Sequence, alphas: Sequence[float], *, block_mb: float = 64.0, memory_mb: float = 256.0
+) -> list[sp.csr_matrix]:
+    """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α at once, as sparse matrices.
+
+    One pass of ``adseg.landscape.ks_distance_pairs`` at the largest C_α (smallest α) finds every
+    pair any graph links; each α keeps those under its own C_α. Returns one (n, n) float64 CSR
+    per α, symmetric, 1 on the diagonal (every node, as ``ks_graph``) and at each linked pair,
+    no explicit zeros: ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry.
+    Cost: that of the dense distance matrix. Memory: about 2.2 ``block_mb`` for a row block, plus
+    16 bytes per pair under the largest C_α and 12 bytes per nonzero of each graph returned.
+    """
+    samples = list(samples)
+    n = len(samples)
+    limits = [ks_critical_value(a) for a in alphas]
+    i, j, dist = ks_distance_pairs(samples, max(limits), block_mb=block_mb, memory_mb=memory_mb)
+    diagonal = np.arange(n, dtype=i.dtype)
+    graphs = []
+    for limit in limits:  # loop over significance levels
+        kept = dist <= limit
+        rows = np.concatenate([i[kept], j[kept], diagonal])
+        cols = np.concatenate([j[kept], i[kept], diagonal])
+        ones = np.ones(rows.size)
+        graphs.append(sp.csr_matrix((ones, (rows, cols)), shape=(n, n)))
+    return graphs
 
 
 def ks_view(
