@@ -76,3 +76,98 @@ def test_sparse_ks_graphs_empty_samples_and_block_sizes():
         for alpha, graph in zip((0.01, 0.3), graphs, strict=True):
             np.testing.assert_array_equal(graph.toarray(), ks_graph(dense, alpha))
     assert graphs[0][1].nnz == 1 and graphs[0][1, 1] == 1.0
+
+
+def planted_partition(n, k, p_in, p_out, seed, n_isolated=0):
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, k, n)
+    p = np.where(group[:, None] == group[None, :], p_in, p_out)
+    a = np.triu((rng.random((n, n)) < p).astype(float), 1)
+    a += a.T
+    if n_isolated:
+        a[-n_isolated:] = 0.0
+        a[:, -n_isolated:] = 0.0
+    np.fill_diagonal(a, 1.0)  # self-loops, as the KS graphs have: not edges for H
+    return a, group
+
+
+@pytest.mark.parametrize("dense_max", [10_000, 40])
+def test_sparse_bethe_hessian_count_equals_the_dense_count(monkeypatch, marketplace, dense_max):
+    """Planted partitions of known k (one component, or several with isolated nodes) and the KS
+    graphs of the simulated marketplace: the count without a dense LDLᵀ (Lanczos on every
+    component above ``dense_max`` nodes) is the dense LDLᵀ count, capped at k_max = 80."""
+    import adseg.views.ncut as ncut
+
+    monkeypatch.setattr(ncut, "DENSE_COMPONENT_MAX", dense_max)
+    graphs = []
+    for seed, (n, k, p_in, p_out) in enumerate(
+        [(300, 1, 0.1, 0.1), (400, 3, 0.3, 0.02), (600, 8, 0.25, 0.01), (900, 12, 0.2, 0.005)]
+    ):
+        a, group = planted_partition(n, k, p_in, p_out, seed, n_isolated=seed)
+        assert ncut._bethe_hessian_count(a.copy()) == k  # the planted k is found
+        graphs.append(a)
+    blocks = sp.block_diag([sp.csr_matrix(graphs[1]), sp.csr_matrix(graphs[2])]).toarray()
+    graphs.append(blocks)  # two components: 3 + 8 communities
+    win, cost, _ = marketplace
+    for samples in (win[:1200], cost[:1200]):
+        graphs += [g.toarray() for g in ks_sparse_graphs(samples, ViewConfig().alphas)]
+    counts = []
+    for a in graphs:
+        dense = ncut._bethe_hessian_count(a.copy())
+        assert ncut._bethe_hessian_count_sparse(sp.csr_matrix(a), cap=80) == min(dense, 80)
+        counts.append(dense)
+    assert counts[4] == 11 and max(counts[5:]) > 10  # the KS graphs have many communities
+    assert ncut._bethe_hessian_count_sparse(sp.eye(50, format="csr"), cap=80) == 50
+    assert ncut._bethe_hessian_count_sparse(sp.csr_matrix(blocks), cap=5) == 5
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_clusters": 5}, {"k_selection": "eigengap"}])
+def test_normalized_cut_on_a_sparse_graph_finds_what_the_dense_cut_finds(monkeypatch, kwargs):
+    """With SPARSE_MIN_N lowered, a CSR graph is cut without densifying the graph (the sparse
+    path): same cluster count and the same partition as the dense cut, isolated nodes and
+    separate components included; a CSR graph below SPARSE_MIN_N takes the dense path."""
+    import adseg.views.ncut as ncut
+
+    a, group = planted_partition(2300, 6, 0.3, 0.01, seed=3, n_isolated=5)
+    a[:40, 40:] = a[40:, :40] = 0.0  # a separate component of 40 nodes
+    dense = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(a)
+    below = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(sp.csr_matrix(a))
+    assert not dense.sparse_path_ and not below.sparse_path_
+    np.testing.assert_array_equal(below.labels_, dense.labels_)
+    monkeypatch.setattr(ncut, "SPARSE_MIN_N", 1000)
+    fit = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(sp.csr_matrix(a))
+    assert fit.sparse_path_
+    assert fit.n_clusters_ == dense.n_clusters_
+    assert fit.n_isolated_ == dense.n_isolated_ == 5
+    assert fit.n_components_ == dense.n_components_ >= 7
+    assert fit.bethe_hessian_count_ == dense.bethe_hessian_count_
+    np.testing.assert_allclose(fit.eigenvalues_, dense.eigenvalues_, rtol=1e-8, atol=1e-10)
+    from adseg.metrics import ari
+
+    assert ari(fit.labels_, dense.labels_) == 1.0
+    assert fit.modularity_ == pytest.approx(dense.modularity_, abs=1e-12)
+    with pytest.raises(ValueError, match="symmetric"):
+        ncut.NormalizedCutClustering().fit(sp.triu(sp.csr_matrix(a), format="csr"))
+
+
+def test_ks_view_sparse_path_matches_the_dense_path(monkeypatch, marketplace):
+    """ks_view from SPARSE_MIN_N advertisers on builds CSR graphs and cuts them sparse: the same
+    edges and clusters as the dense path on the same samples; the path is recorded per column."""
+    import adseg.views.ncut as ncut
+    from adseg.metrics import ari
+    from adseg.views import ks_view
+
+    win = marketplace[0][:700]
+    config = ViewConfig(n_init=2)
+    dense = ks_view(win, "win_rate", config, random_state=0)
+    monkeypatch.setattr(ncut, "SPARSE_MIN_N", 500)
+    sparse = ks_view(win, "win_rate", config, random_state=0)
+    assert list(dense.columns["graph"]) == ["dense"] * 3
+    assert list(sparse.columns["graph"]) == ["sparse"] * 3
+    for name in ("n_edges", "n_clusters", "n_components", "n_isolated"):
+        assert list(sparse.columns[name]) == list(dense.columns[name]), name
+    for c in range(3):
+        assert ari(sparse.labels[:, c], dense.labels[:, c]) > 0.99
+    with pytest.warns(RuntimeWarning, match="no distance matrix"):
+        kept = ks_view(win, "win_rate", ViewConfig(n_init=2, keep_distances=True), 0)
+    assert kept.distances == {}

@@ -2,7 +2,8 @@
 
 For each α, S_ij = 1[dist_ij ≤ C_α] of the scaled KS distances (adseg.landscape) is segmented
 by normalised cut (adseg.views.ncut), one base clustering per α; advertisers with fewer than
-``min_samples`` samples get -1. Memory and time: see the package docstring.
+``min_samples`` samples get -1. From ncut.SPARSE_MIN_N advertisers on, the graphs are built
+block by block as CSR and cut sparse (no n×n array). Memory and time: see the package docstring.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from adseg.landscape import ks_critical_value, ks_distance_matrix, ks_distance_pairs
+from adseg.views import ncut
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
 from adseg.views.ncut import NormalizedCutClustering
 
@@ -93,7 +95,7 @@ def ks_view(
         )
         return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
     t0 = time.perf_counter()
-    dist = ks_distance_matrix([samples[i] for i in keep], memory_mb=config.ks_memory_mb)
+    dist, graphs = _distances_or_graphs([samples[i] for i in keep], config)
     ks_seconds = time.perf_counter() - t0
     # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
@@ -101,8 +103,12 @@ def ks_view(
     rows = []
     for c, alpha in enumerate(config.alphas):  # loop over significance levels
         t1 = time.perf_counter()
-        graph = ks_graph(dist, alpha)
-        n_edges = int((graph.sum() - keep.size) // 2)
+        if graphs is None:
+            graph = ks_graph(dist, alpha)
+            n_edges = int((graph.sum() - keep.size) // 2)
+        else:  # the sparse path: each graph is dropped once cut
+            graph, graphs[c] = graphs[c], None
+            n_edges = int((graph.nnz - keep.size) // 2)
         n_clusters = None if config.n_clusters is None else min(config.n_clusters, keep.size)
         model = NormalizedCutClustering(
             n_clusters=n_clusters,
@@ -135,7 +141,26 @@ def ks_view(
                 "n_components": model.n_components_,
                 "n_isolated": model.n_isolated_,
                 "ks_seconds": ks_seconds,
+                "graph": "dense" if graphs is None else "sparse",
             }
         )
-    distances = {view: (dist, keep)} if config.keep_distances else {}
+    distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
+
+
+def _distances_or_graphs(
+    samples: list, config: ViewConfig
+) -> tuple[np.ndarray | None, list[sp.csr_matrix] | None]:
+    """(distances, None) below ncut.SPARSE_MIN_N advertisers: the dense (n, n) matrix, as ever;
+    (None, graphs) from it on: the CSR graph of each α (ks_sparse_graphs), no n×n array. On the
+    sparse path ``keep_distances`` keeps nothing (a warning says so)."""
+    if len(samples) < ncut.SPARSE_MIN_N:
+        return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None
+    if config.keep_distances:
+        warnings.warn(
+            f"keep_distances: {len(samples)} advertisers ≥ {ncut.SPARSE_MIN_N} are cut on sparse"
+            " graphs; no distance matrix is kept.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None, ks_sparse_graphs(samples, config.alphas, memory_mb=config.ks_memory_mb)
