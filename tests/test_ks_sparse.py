@@ -52,7 +52,7 @@ def test_sparse_ks_graphs_equal_the_dense_thresholded_graphs(marketplace):
     for samples in (win, cost):
         assert len(samples) > 1000
         dense_distances = ks_distance_matrix(samples)
-        graphs = ks_sparse_graphs(samples, alphas, block_mb=0.5)
+        graphs = list(ks_sparse_graphs(samples, alphas, block_mb=0.5))
         for alpha, graph in zip(alphas, graphs, strict=True):
             dense = ks_graph(dense_distances, alpha)
             assert sp.isspmatrix_csr(graph) and graph.shape == dense.shape
@@ -72,7 +72,7 @@ def test_sparse_ks_graphs_empty_samples_and_block_sizes():
     samples += [np.round(rng.lognormal(0, 0.5, 40), 2) for _ in range(40)]
     dense = ks_distance_matrix(samples)
     for block_mb in (1e-6, 0.01, 64.0):
-        graphs = ks_sparse_graphs(samples, (0.01, 0.3), block_mb=block_mb)
+        graphs = list(ks_sparse_graphs(samples, (0.01, 0.3), block_mb=block_mb))
         for alpha, graph in zip((0.01, 0.3), graphs, strict=True):
             np.testing.assert_array_equal(graph.toarray(), ks_graph(dense, alpha))
     assert graphs[0][1].nnz == 1 and graphs[0][1, 1] == 1.0

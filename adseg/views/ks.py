@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,29 +42,35 @@ def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
 
 def ks_sparse_graphs(
     samples: Sequence, alphas: Sequence[float], *, block_mb: float = 64.0, memory_mb: float = 256.0
-) -> list[sp.csr_matrix]:
-    """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α at once, as sparse matrices.
+) -> Iterator[sp.csr_matrix]:
+    """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α, as sparse matrices.
 
-    One pass of ``adseg.landscape.ks_distance_pairs`` at the largest C_α (smallest α) finds every
-    pair any graph links; each α keeps those under its own C_α. Returns one (n, n) float64 CSR
-    per α, symmetric, 1 on the diagonal (every node, as ``ks_graph``) and at each linked pair,
-    no explicit zeros: ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry.
-    Cost: that of the dense distance matrix. Memory: about 2.2 ``block_mb`` for a row block, plus
-    16 bytes per pair under the largest C_α and 12 bytes per nonzero of each graph returned.
+    One pass of ``adseg.landscape.ks_distance_pairs`` at the largest C_α (smallest α), done by
+    this call, finds every pair any graph links; each α keeps those under its own C_α. Returns an
+    iterator of one (n, n) float64 CSR per α, in order, each built when asked for: symmetric, 1
+    on the diagonal (every node, as ``ks_graph``) and at each linked pair, no explicit zeros:
+    ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry.
+    Cost: that of the dense distance matrix. Memory: about 2.2 ``block_mb`` for a row block, 16
+    bytes per pair under the largest C_α, held until the last graph is built, and per graph 12
+    bytes per nonzero (plus 16 while it is assembled).
     """
     samples = list(samples)
-    n = len(samples)
     limits = [ks_critical_value(a) for a in alphas]
-    i, j, dist = ks_distance_pairs(samples, max(limits), block_mb=block_mb, memory_mb=memory_mb)
+    pairs = ks_distance_pairs(samples, max(limits), block_mb=block_mb, memory_mb=memory_mb)
+    return _graphs_from_pairs(pairs, limits, len(samples))
+
+
+def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
+    """For each limit, the (n, n) CSR graph of the pairs (i, j, dist) with dist ≤ limit,
+    symmetrised, with a unit diagonal."""
+    i, j, dist = pairs
     diagonal = np.arange(n, dtype=i.dtype)
-    graphs = []
     for limit in limits:  # loop over significance levels
         kept = dist <= limit
         rows = np.concatenate([i[kept], j[kept], diagonal])
         cols = np.concatenate([j[kept], i[kept], diagonal])
-        ones = np.ones(rows.size)
-        graphs.append(sp.csr_matrix((ones, (rows, cols)), shape=(n, n)))
-    return graphs
+        del kept
+        yield sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
 
 
 def ks_view(
@@ -107,7 +113,7 @@ def ks_view(
             graph = ks_graph(dist, alpha)
             n_edges = int((graph.sum() - keep.size) // 2)
         else:  # the sparse path: each graph is dropped once cut
-            graph, graphs[c] = graphs[c], None
+            graph = next(graphs)
             n_edges = int((graph.nnz - keep.size) // 2)
         n_clusters = None if config.n_clusters is None else min(config.n_clusters, keep.size)
         model = NormalizedCutClustering(
@@ -150,9 +156,10 @@ def ks_view(
 
 def _distances_or_graphs(
     samples: list, config: ViewConfig
-) -> tuple[np.ndarray | None, list[sp.csr_matrix] | None]:
+) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None]:
     """(distances, None) below ncut.SPARSE_MIN_N advertisers: the dense (n, n) matrix, as ever;
-    (None, graphs) from it on: the CSR graph of each α (ks_sparse_graphs), no n×n array. On the
+    (None, graphs) from it on: the CSR graph of each α, one at a time (ks_sparse_graphs), no n×n
+    array. On the
     sparse path ``keep_distances`` keeps nothing (a warning says so)."""
     if len(samples) < ncut.SPARSE_MIN_N:
         return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None

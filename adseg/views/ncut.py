@@ -320,7 +320,7 @@ def _bethe_hessian_count_sparse(adjacency: sp.csr_matrix, cap: int) -> int:
         if s1 - s0 == 1:
             continue  # a lone node: H = r² − 1 + 0 > 0
         nodes = order[s0:s1]
-        block = h[nodes][:, nodes]
+        block = h if nodes.size == n else h[nodes][:, nodes]  # no copy for one component
         if nodes.size <= DENSE_COMPONENT_MAX:
             count += _negative_inertia(block.toarray())
         else:
