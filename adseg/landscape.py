@@ -24,6 +24,7 @@ __all__ = [
     "ecdf_values",
     "ks_critical_value",
     "ks_distance_matrix",
+    "ks_distance_pairs",
     "ks_statistic_matrix",
     "sample_sizes",
 ]
@@ -166,6 +167,50 @@ def ks_distance_matrix(samples: Sequence, **kwargs) -> np.ndarray:
     return d
 
 
+def ks_distance_pairs(
+    samples: Sequence,
+    max_distance: float,
+    *,
+    block_mb: float = 64.0,
+    memory_mb: float = _DEFAULT_MEMORY_MB,
+    chunk_elements: int = _DEFAULT_CHUNK,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs i < j with scaled KS distance dist_ij ≤ ``max_distance``, without an n×n array.
+
+    Rows of advertisers are processed in blocks of b = ``block_mb`` MiB / (8 n) against every
+    later advertiser; each block's distances are those of ``ks_distance_matrix(samples,
+    precision="float64")``, bit for bit, so no pair is missed or added (no candidate pruning).
+    Pairs with an empty sample (NaN distance) are never kept.
+
+    Returns (i, j, dist): (k,) int32 (int64 from 2³¹ samples on), (k,) likewise, (k,) float64,
+    row-major order. Cost: the dense matrix's n · Σ_i |U_i| element operations (each unordered
+    pair once), plus O(N) table work per block. Memory: about two b × n float64 arrays and a b × n
+    boolean at a time (≈ 2.2 ``block_mb``), the block tables (≤ ``memory_mb``) and 16 bytes per
+    pair kept.
+    """
+    data = _Pooled.from_samples(samples, on_empty="nan")
+    for value, name in ((block_mb, "block_mb"), (memory_mb, "memory_mb")):
+        _check_positive(value, name)
+    _check_positive(chunk_elements, "chunk_elements")
+    if not isinstance(max_distance, (int, float, np.integer, np.floating)):
+        raise TypeError(f"max_distance must be a number; got {max_distance!r}.")
+    n = data.sizes.size
+    index = np.int32 if n < 2**31 else np.int64
+    b = max(1, int(block_mb * 2**20 // (8 * max(n, 1))))
+    found_i, found_j, found_d = [], [], []
+    for i0 in range(0, n, b):  # loop over row blocks
+        i1 = min(n, i0 + b)
+        dist = _ks_distance_rows(data, i0, i1, memory_mb, int(chunk_elements))
+        with np.errstate(invalid="ignore"):
+            a, c = np.nonzero(np.triu(dist <= max_distance, 1))  # j > i only
+        found_i.append((a + i0).astype(index))
+        found_j.append((c + i0).astype(index))
+        found_d.append(dist[a, c])
+    if not found_i:
+        return np.empty(0, index), np.empty(0, index), np.empty(0)
+    return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_d)
+
+
 def scale_statistics(statistics: np.ndarray, sizes) -> np.ndarray:
     """sqrt(m_i m_j / (m_i + m_j)) · D_ij for an (n, n) statistic matrix and sample sizes (n,).
     Pairs involving an empty sample become NaN. Returns a new (n, n) float64 array."""
@@ -190,6 +235,14 @@ class _Pooled:
         self.values, self.ids, self.sizes, self.offsets = values, ids, sizes, offsets
         self.p_ids, self.p_vals, self.p_f = p_ids, p_vals, p_f
         self.arrays = arrays  # the validated input samples (references, not copies)
+        self._n_distinct: int | None = None
+
+    @property
+    def n_distinct(self) -> int:
+        """Distinct values over all samples (computed once: O(P log P))."""
+        if self._n_distinct is None:
+            self._n_distinct = int(np.unique(self.p_vals).size)
+        return self._n_distinct
 
     @classmethod
     def from_samples(cls, samples, *, on_empty: str) -> _Pooled:
@@ -253,35 +306,56 @@ def _ks_points(
     data: _Pooled, memory_mb: float, chunk: int, min_rows: int = 64, dtype=np.float64
 ) -> np.ndarray:
     n = data.sizes.size
-    directed = np.zeros((n, n), dtype=dtype)  # A_ij ≥ 0 always: 0 is a safe identity for the max
-    n_points = data.p_vals.size
-    if n_points == 0:
+    directed = _directed_maxima(data, (0, n), (0, n), memory_mb, chunk, min_rows, dtype)
+    _symmetric_max_inplace(directed, chunk)
+    np.fill_diagonal(directed, 0.0)
+    return directed
+
+
+def _directed_maxima(
+    data: _Pooled,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    memory_mb: float,
+    chunk: int,
+    min_rows: int = 64,
+    dtype=np.float64,
+) -> np.ndarray:
+    """A_ij = max_{x ∈ U_i} (F_i(x) − F_j(x)) for samples i in [r0, r1), j in [c0, c1).
+
+    Returns (r1 − r0, c1 − c0) ``dtype``; each entry is computed alone (the same bits whatever the
+    ranges). Cost (points of rows i) × (c1 − c0) element operations; memory: the result, one
+    column block's e.c.d.f. table (≤ ``memory_mb`` / 2 and ≤ 32 MB) and one chunk.
+    """
+    (r0, r1), (c0, c1) = rows, cols
+    directed = np.zeros((r1 - r0, c1 - c0), dtype=dtype)  # A_ij ≥ 0: 0 is the max's identity
+    p0, p1 = np.searchsorted(data.p_ids, [r0, r1])
+    if p1 == p0 or c1 == c0:
         return directed
+    p_ids, p_vals = data.p_ids[p0:p1], data.p_vals[p0:p1]
     # narrow enough that a chunk holds ≥ min_rows points (amortises the per-chunk numpy calls),
     # and the block table fits in half the memory budget
     blocks = _column_blocks(
-        data.sizes,
-        int(np.unique(data.p_vals).size),
+        data.sizes[c0:c1],
+        data.n_distinct,
         table_budget=min(memory_mb * 2**20 / 2 / 8, _TABLE_ENTRIES_MAX),
         max_width=max(1, chunk // min_rows),
     )
     rows_per_chunk = max(1, chunk // max(j1 - j0 for j0, j1 in blocks))
-    plan = _segment_plan(data.p_ids, rows_per_chunk)
-    p_f = data.p_f.astype(dtype, copy=False)
-    for j0, j1 in blocks:  # loop over column blocks
-        table, grid = _block_table(data, j0, j1)
+    plan = _segment_plan(p_ids, rows_per_chunk)
+    p_f = data.p_f[p0:p1].astype(dtype, copy=False)
+    for j0, j1 in blocks:  # loop over column blocks (relative to c0)
+        table, grid = _block_table(data, c0 + j0, c0 + j1)
         table = table.astype(dtype, copy=False)  # rounding the exact float64 count / m
         # row of `table` holding each point's F_j: 0 = before the block's first value
-        where = np.searchsorted(grid, data.p_vals, side="right")
+        where = np.searchsorted(grid, p_vals, side="right")
         for owners, idx in plan:  # loop over chunks of equal-length (padded) segments
             block = table[where[idx]]  # (segments, length, columns)
             np.subtract(p_f[idx][:, :, None], block, out=block)
             part = block.max(axis=1)
             # a long sample is cut into pieces that land in different chunks: keep the max
-            np.maximum(directed[owners, j0:j1], part, out=part)
-            directed[owners, j0:j1] = part
-    _symmetric_max_inplace(directed, chunk)
-    np.fill_diagonal(directed, 0.0)
+            np.maximum(directed[owners - r0, j0:j1], part, out=part)
+            directed[owners - r0, j0:j1] = part
     return directed
 
 
@@ -354,22 +428,23 @@ def _segment_plan(p_ids: np.ndarray, max_rows: int) -> list[tuple[np.ndarray, np
     return plan
 
 
-def _scale_inplace(d: np.ndarray, sizes, chunk: int) -> None:
-    """d_ij *= sqrt(m_i m_j / (m_i + m_j)) in place, by row blocks; NaN where m_i or m_j is 0."""
+def _scale_inplace(d: np.ndarray, sizes, chunk: int, col_sizes=None) -> None:
+    """d_ij *= sqrt(m_i m_j / (m_i + m_j)) in place, by row blocks; NaN where m_i or m_j is 0.
+    ``sizes`` are the rows' sample sizes, ``col_sizes`` the columns' (default: ``sizes``)."""
     m = np.asarray(sizes, dtype=np.float64)
-    n = m.size
-    b_row = max(1, int(chunk) // max(n, 1))
-    for i0 in range(0, n, b_row):  # loop over row blocks
-        i1 = min(n, i0 + b_row)
+    mc = m if col_sizes is None else np.asarray(col_sizes, dtype=np.float64)
+    b_row = max(1, int(chunk) // max(mc.size, 1))
+    for i0 in range(0, m.size, b_row):  # loop over row blocks
+        i1 = min(m.size, i0 + b_row)
         with np.errstate(invalid="ignore", divide="ignore"):
-            scale = np.sqrt(np.multiply.outer(m[i0:i1], m) / np.add.outer(m[i0:i1], m))
+            scale = np.sqrt(np.multiply.outer(m[i0:i1], mc) / np.add.outer(m[i0:i1], mc))
         scale[m[i0:i1] == 0, :] = np.nan
-        scale[:, m == 0] = np.nan
+        scale[:, mc == 0] = np.nan
         d[i0:i1] *= scale
 
 
 def _round_to_lattice(
-    stat: np.ndarray, sizes: np.ndarray, chunk: int, limit: float = 2.0**40
+    stat: np.ndarray, sizes: np.ndarray, chunk: int, limit: float = 2.0**40, col_sizes=None
 ) -> None:
     """Replace each D_ij by the float nearest the exact rational h / lcm(m_i, m_j), in place.
 
@@ -377,20 +452,40 @@ def _round_to_lattice(
     off it. scipy's ks_2samp snaps its statistic the same way (h = round(d·lcm), d = h / lcm), so
     this makes the match bit-exact. Skipped where lcm > ``limit`` (default 2⁴⁰: beyond it d·lcm
     would no longer round to h reliably; such float64 pairs are already within a few ulp; the
-    float32 screen passes 2²¹). Works in row blocks of ``chunk``
-    elements.
+    float32 screen passes 2²¹). ``sizes`` are the rows' sample sizes, ``col_sizes`` the columns'
+    (default: ``sizes``). Works in row blocks of ``chunk`` elements.
     """
-    n = sizes.size
-    if n == 0:
-        return
     m = np.maximum(sizes, 1)
-    b_row = max(1, chunk // n)
-    for i0 in range(0, n, b_row):  # loop over row blocks
-        i1 = min(n, i0 + b_row)
-        lcm = np.lcm.outer(m[i0:i1], m).astype(np.float64)
+    mc = m if col_sizes is None else np.maximum(col_sizes, 1)
+    if m.size == 0 or mc.size == 0:
+        return
+    b_row = max(1, chunk // mc.size)
+    for i0 in range(0, m.size, b_row):  # loop over row blocks
+        i1 = min(m.size, i0 + b_row)
+        lcm = np.lcm.outer(m[i0:i1], mc).astype(np.float64)
         ok = lcm <= limit
         snapped = np.round(stat[i0:i1] * lcm) / lcm
         stat[i0:i1] = np.where(ok, snapped, stat[i0:i1])
+
+
+def _ks_distance_rows(data: _Pooled, i0: int, i1: int, memory_mb: float, chunk: int) -> np.ndarray:
+    """Scaled KS distances of samples [i0, i1) against samples [i0, n), (i1 − i0, n − i0) float64.
+
+    Entry (a, b) is dist(i0 + a, i0 + b), the same bits as ``ks_distance_matrix`` with
+    precision="float64" (each entry is computed alone, then snapped and scaled alike); NaN for an
+    empty sample, 0 on the diagonal. Cost: (points of rows) × (n − i0) + (points of samples ≥ i0)
+    × (i1 − i0) element operations, so row blocks over [0, n) cost what the dense matrix does.
+    Memory: three (i1 − i0) × (n − i0) float64 arrays at peak, plus the block tables and a chunk.
+    """
+    n = data.sizes.size
+    own = _directed_maxima(data, (i0, i1), (i0, n), memory_mb, chunk)  # A_ij
+    other = _directed_maxima(data, (i0, n), (i0, i1), memory_mb, chunk)  # A_ji
+    np.maximum(own, other.T, out=own)
+    del other
+    own[np.arange(i1 - i0), np.arange(i1 - i0)] = 0.0
+    _round_to_lattice(own, data.sizes[i0:i1], chunk, col_sizes=data.sizes[i0:])
+    _scale_inplace(own, data.sizes[i0:i1], chunk, col_sizes=data.sizes[i0:])
+    return own
 
 
 def _block_table(data: _Pooled, j0: int, j1: int) -> tuple[np.ndarray, np.ndarray]:

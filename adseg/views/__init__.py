@@ -9,9 +9,12 @@ Pipeline steps 3–4 (DESIGN.md §2; paper seed 003, Eqs. 40–42):
 * **Text view**: TF-IDF, LSA and row-normalisation, then seeded k-means for each k in ``text_ks``;
   descriptions with no usable term get -1.
 
-Memory per KS view (n_v advertisers with enough samples): two n_v × n_v float64 arrays plus the
-cut's peak, up to 3 more at n_v ≤ 2,000 and about 1.1 above; n_v = 7,600 → 460 MB each. Time: the
-KS matrix plus, per α, an O(n_v³/3) LDLᵀ factorisation, a partial eigendecomposition and k-means.
+Memory per KS view (n_v advertisers with enough samples), below ncut.SPARSE_MIN_N = 5,000: two
+n_v × n_v float64 arrays plus the cut's peak, up to 3 more at n_v ≤ 2,000 and about 1.1 above.
+From 5,000 on (the sparse path): no n_v × n_v array; row blocks of the KS distances (≈ 2.2 × 64
+MiB) and about 16 + 3 × 12 bytes per linked pair (the pairs, the α graphs in CSR), then the cut's
+CSR copies. Time: the KS distances plus, per α, the Bethe-Hessian count (dense LDLᵀ, O(n_v³/3);
+Lanczos on the sparse path), a partial eigendecomposition and k-means.
 Choice of k against the paper, and measurements: docs/algorithms/ks.md.
 
 Modules: ``base`` (ViewConfig, BaseClusterings), ``ncut`` (NormalizedCutClustering and its rules

@@ -120,9 +120,10 @@ class BaseClusterings:
         "ecpm_cost", "text"}, parameter ("alpha=0.05" / "k=20"), n_clusters (distinct labels),
         n_excluded (-1 count), seconds (wall time; a KS view's distance time is shared out
         evenly over its α columns), then alpha, k, critical_value, n_edges (linked pairs i < j),
-        n_components and n_isolated (graph components / nodes linked to nobody), ks_seconds.
+        n_components and n_isolated (graph components / nodes linked to nobody), ks_seconds,
+        graph ("dense" or "sparse": how the KS graph was built and cut, see ks_view).
     distances : view → (n_v × n_v scaled KS distances, indices of the n_v advertisers), only when
-        ``ViewConfig.keep_distances``.
+        ``ViewConfig.keep_distances`` and the view took the dense path.
     """
 
     labels: np.ndarray

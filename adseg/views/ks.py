@@ -2,7 +2,8 @@
 
 For each α, S_ij = 1[dist_ij ≤ C_α] of the scaled KS distances (adseg.landscape) is segmented
 by normalised cut (adseg.views.ncut), one base clustering per α; advertisers with fewer than
-``min_samples`` samples get -1. Memory and time: see the package docstring.
+``min_samples`` samples get -1. From ncut.SPARSE_MIN_N advertisers on, the graphs are built
+block by block as CSR and cut sparse (no n×n array). Memory and time: see the package docstring.
 """
 
 from __future__ import annotations
@@ -10,19 +11,21 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from adseg.landscape import ks_critical_value, ks_distance_matrix
+from adseg.landscape import ks_critical_value, ks_distance_matrix, ks_distance_pairs
+from adseg.views import ncut
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
 from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
 
-__all__ = ["ks_graph", "ks_view"]
+__all__ = ["ks_graph", "ks_sparse_graphs", "ks_view"]
 
 
 def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
@@ -35,6 +38,39 @@ def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
         s = (d <= ks_critical_value(alpha)).astype(np.float64)
     np.fill_diagonal(s, 1.0)
     return s
+
+
+def ks_sparse_graphs(
+    samples: Sequence, alphas: Sequence[float], *, block_mb: float = 64.0, memory_mb: float = 256.0
+) -> Iterator[sp.csr_matrix]:
+    """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α, as sparse matrices.
+
+    One pass of ``adseg.landscape.ks_distance_pairs`` at the largest C_α (smallest α), done by
+    this call, finds every pair any graph links; each α keeps those under its own C_α. Returns an
+    iterator of one (n, n) float64 CSR per α, in order, each built when asked for: symmetric, 1
+    on the diagonal (every node, as ``ks_graph``) and at each linked pair, no explicit zeros:
+    ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry.
+    Cost: that of the dense distance matrix. Memory: about 2.2 ``block_mb`` for a row block, 16
+    bytes per pair under the largest C_α, held until the last graph is built, and per graph 12
+    bytes per nonzero (plus 16 while it is assembled).
+    """
+    samples = list(samples)
+    limits = [ks_critical_value(a) for a in alphas]
+    pairs = ks_distance_pairs(samples, max(limits), block_mb=block_mb, memory_mb=memory_mb)
+    return _graphs_from_pairs(pairs, limits, len(samples))
+
+
+def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
+    """For each limit, the (n, n) CSR graph of the pairs (i, j, dist) with dist ≤ limit,
+    symmetrised, with a unit diagonal."""
+    i, j, dist = pairs
+    diagonal = np.arange(n, dtype=i.dtype)
+    for limit in limits:  # loop over significance levels
+        kept = dist <= limit
+        rows = np.concatenate([i[kept], j[kept], diagonal])
+        cols = np.concatenate([j[kept], i[kept], diagonal])
+        del kept
+        yield sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
 
 
 def ks_view(
@@ -65,7 +101,7 @@ def ks_view(
         )
         return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
     t0 = time.perf_counter()
-    dist = ks_distance_matrix([samples[i] for i in keep], memory_mb=config.ks_memory_mb)
+    dist, graphs = _distances_or_graphs([samples[i] for i in keep], config)
     ks_seconds = time.perf_counter() - t0
     # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
@@ -73,8 +109,12 @@ def ks_view(
     rows = []
     for c, alpha in enumerate(config.alphas):  # loop over significance levels
         t1 = time.perf_counter()
-        graph = ks_graph(dist, alpha)
-        n_edges = int((graph.sum() - keep.size) // 2)
+        if graphs is None:
+            graph = ks_graph(dist, alpha)
+            n_edges = int((graph.sum() - keep.size) // 2)
+        else:  # the sparse path: each graph is dropped once cut
+            graph = next(graphs)
+            n_edges = int((graph.nnz - keep.size) // 2)
         n_clusters = None if config.n_clusters is None else min(config.n_clusters, keep.size)
         model = NormalizedCutClustering(
             n_clusters=n_clusters,
@@ -107,7 +147,27 @@ def ks_view(
                 "n_components": model.n_components_,
                 "n_isolated": model.n_isolated_,
                 "ks_seconds": ks_seconds,
+                "graph": "dense" if graphs is None else "sparse",
             }
         )
-    distances = {view: (dist, keep)} if config.keep_distances else {}
+    distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
+
+
+def _distances_or_graphs(
+    samples: list, config: ViewConfig
+) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None]:
+    """(distances, None) below ncut.SPARSE_MIN_N advertisers: the dense (n, n) matrix, as ever;
+    (None, graphs) from it on: the CSR graph of each α, one at a time (ks_sparse_graphs), no n×n
+    array. On the
+    sparse path ``keep_distances`` keeps nothing (a warning says so)."""
+    if len(samples) < ncut.SPARSE_MIN_N:
+        return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None
+    if config.keep_distances:
+        warnings.warn(
+            f"keep_distances: {len(samples)} advertisers ≥ {ncut.SPARSE_MIN_N} are cut on sparse"
+            " graphs; no distance matrix is kept.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None, ks_sparse_graphs(samples, config.alphas, memory_mb=config.ks_memory_mb)

@@ -3,8 +3,9 @@
 NormalizedCutClustering segments a symmetric non-negative affinity matrix (a KS graph, in the
 views) by the top eigenvectors of N = D^-1/2 A D^-1/2 and k-means (or cluster_qr). The number
 of clusters is given or chosen: the Bethe Hessian's negative eigenvalues (default, counted by an
-LDLᵀ factorisation), the eigengap of N, or the best Newman modularity over a range. Cost and
-memory: see the class; measurements: docs/algorithms/ks.md.
+LDLᵀ factorisation; by Lanczos on a sparse graph of ≥ SPARSE_MIN_N nodes, which is never
+densified), the eigengap of N, or the best Newman modularity over a range. Cost and memory: see
+the class; measurements: docs/algorithms/ks.md.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ from adseg.checks import check_integer, check_k_range
 from adseg.spectral import assign_labels, lanczos_solves, top_eigenvectors
 from adseg.views.base import K_SELECTIONS, compact_labels
 
-__all__ = ["SPARSE_MAX_DENSITY", "NormalizedCutClustering"]
+__all__ = ["SPARSE_MAX_DENSITY", "SPARSE_MIN_N", "NormalizedCutClustering"]
 
 SPARSE_MAX_DENSITY = 0.3
 """Lanczos works on a sparse N up to this fraction of nonzeros (crossover ≈ 0.4, see
 _normalized_affinity)."""
+
+SPARSE_MIN_N = 5000
+"""A scipy-sparse affinity of at least this many nodes is cut without any n×n array (the sparse
+path: Lanczos Bethe-Hessian count, CSR N); smaller ones are densified, as they always were, so
+their results stay the same bit for bit. ks_view builds its graphs sparse from this size on."""
 
 
 class NormalizedCutClustering(ClusterMixin, BaseEstimator):
@@ -53,7 +59,9 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     n_clusters_ : clusters found (distinct labels; may be below the k used if k-means empties one).
     eigenvalues_ : the top eigenvalues of N computed (largest first), (min(k + 1, n),) with k the
         largest cluster count considered.
-    bethe_hessian_count_ : the Bethe-Hessian estimate before clipping (None for other rules).
+    bethe_hessian_count_ : the Bethe-Hessian estimate before clipping (None for other rules);
+        on the sparse path, counted only up to k_max (a larger count reads k_max).
+    sparse_path_ : whether the graph was cut sparse (scipy-sparse input of ≥ SPARSE_MIN_N nodes).
     n_components_ : connected components of the graph. n_isolated_ : nodes linked to nobody
         (each is a singleton cluster; the cut, and n_clusters, apply to the other nodes).
     modularity_ : Newman's modularity of labels_ on the graph.
@@ -65,7 +73,10 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
     factorised in place, the eigensolver's work copy; above, with a sparse N, one n×n (the Bethe
     Hessian) and two CSR copies of the graph (12 bytes per link each; about 1.14 n×n in all at
     8 % of pairs linked) — and one
-    n×n more, the linked nodes' subgraph, when some nodes are isolated.
+    n×n more, the linked nodes' subgraph, when some nodes are isolated. Sparse path: no n×n
+    array; the graph's CSR copies (12 bytes per link each: the checked input, the linked nodes'
+    subgraph, N, the Bethe Hessian), n × (k_max + 1) eigenvectors, and the Bethe Hessian count by
+    Lanczos (k_max smallest eigenpairs at most) instead of the LDLᵀ.
     """
 
     def __init__(
@@ -85,8 +96,10 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, affinity, y=None):
-        """Segment the graph ``affinity`` (n, n), dense or scipy-sparse; returns self."""
-        a = _check_affinity(affinity)
+        """Segment the graph ``affinity`` (n, n), dense or scipy-sparse; returns self. A sparse
+        one of n ≥ SPARSE_MIN_N nodes is never densified (``sparse_path_`` is then True)."""
+        self.sparse_path_ = bool(sp.issparse(affinity) and affinity.shape[0] >= SPARSE_MIN_N)
+        a = _check_sparse_affinity(affinity) if self.sparse_path_ else _check_affinity(affinity)
         n = a.shape[0]
         k_min, k_max = check_k_range(self.k_range, "k_range")
         if self.k_selection not in K_SELECTIONS:
@@ -97,7 +110,7 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
             check_integer("n_clusters", self.n_clusters, 1)
             if self.n_clusters > n:
                 raise ValueError(f"n_clusters={self.n_clusters} exceeds the {n} nodes.")
-        isolated = a.sum(axis=1) - np.diag(a) == 0
+        isolated = _row_sums(a) - a.diagonal() == 0
         self.n_isolated_ = int(isolated.sum())
         self.n_components_ = int(connected_components(sp.csr_matrix(a), directed=False)[0])
         self.bethe_hessian_count_ = None
@@ -109,7 +122,10 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
             labels[core] = 0
             labels[isolated] = 1 + np.arange(self.n_isolated_)
         elif core.size >= 2:
-            sub = a if core.size == n else a[np.ix_(core, core)]  # a copy only when needed
+            if core.size == n:
+                sub = a
+            else:  # a copy only when needed
+                sub = a[core][:, core] if self.sparse_path_ else a[np.ix_(core, core)]
             core_labels = self._cut(sub, k_min, k_max)
             labels[core] = core_labels
             # nodes linked to nobody are significantly different from every other: singletons
@@ -119,13 +135,17 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         self.modularity_ = _modularity(a, self.labels_)
         return self
 
-    def _cut(self, a: np.ndarray, k_min: int, k_max: int) -> np.ndarray:
-        """Normalised cut of a graph in which every node has an edge (self-loops allowed)."""
+    def _cut(self, a: np.ndarray | sp.csr_matrix, k_min: int, k_max: int) -> np.ndarray:
+        """Normalised cut of a graph in which every node has an edge (self-loops allowed); ``a``
+        dense, or CSR on the sparse path."""
         n = a.shape[0]
         k_hi = min(k_max, n - 1)
         k_lo = min(k_min, k_hi)
         if self.n_clusters is not None:
             candidates = [min(int(self.n_clusters), n)]
+        elif self.k_selection == "bethe_hessian" and sp.issparse(a):
+            self.bethe_hessian_count_ = _bethe_hessian_count_sparse(a, cap=k_hi)
+            candidates = [int(np.clip(self.bethe_hessian_count_, k_lo, k_hi))]
         elif self.k_selection == "bethe_hessian":
             self.bethe_hessian_count_ = _bethe_hessian_count(a)
             candidates = [int(np.clip(self.bethe_hessian_count_, k_lo, k_hi))]
@@ -134,7 +154,7 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         else:
             candidates = None  # eigengap: needs the spectrum first
         # after the Bethe Hessian (its n×n array and this CSR copy are not held together)
-        links = sp.csr_matrix(a)
+        links = sp.csr_matrix(a, copy=True) if sp.issparse(a) else sp.csr_matrix(a)
         n_parts, parts = connected_components(links, directed=False)
         if candidates is not None and self.n_clusters is None:
             # separate components are separate clusters whenever the range allows it
@@ -143,7 +163,7 @@ class NormalizedCutClustering(ClusterMixin, BaseEstimator):
         # with more components than clusters, eigenvalue 1 is degenerate: embed in all of its
         # eigenspace so that k-means keeps each component whole
         n_vectors = min(n, max(k_top, n_parts) + 1)
-        degree = a.sum(axis=1)
+        degree = _row_sums(a)
         lanczos = lanczos_solves(n, n_vectors)
         normalized = _normalized_affinity(a, links, degree, sparse=lanczos)
         del links
@@ -174,7 +194,8 @@ def _normalized_affinity(
 ) -> np.ndarray | sp.csr_matrix:
     """N = D^-1/2 A D^-1/2 (D = diag(degree), A's row sums, all > 0), (n, n): sparse CSR when
     ``sparse`` (Lanczos will solve it) and at most SPARSE_MAX_DENSITY of the entries are
-    nonzero — ``links`` (A's CSR copy) scaled in place and returned — else dense. Lanczos
+    nonzero, or always when A itself is sparse — ``links`` (A's CSR copy) scaled in place and
+    returned — else dense. Lanczos
     multiplies by one vector per step, which streams a dense N whole; CSR streams 12 bytes per
     nonzero instead of 8 per entry: 3.4× faster products at 10 % density, 1.7× at 25 %, even at
     40 % (n = 6,000, one core). The KS graphs link 2–12 % of pairs. Both forms compute
@@ -182,7 +203,7 @@ def _normalized_affinity(
     ``links`` when sparse, one n×n array when dense."""
     n = adjacency.shape[0]
     scale = 1.0 / np.sqrt(degree)
-    if sparse and links.nnz <= SPARSE_MAX_DENSITY * n * n:
+    if sp.issparse(adjacency) or (sparse and links.nnz <= SPARSE_MAX_DENSITY * n * n):
         links.data *= np.repeat(scale, np.diff(links.indptr))
         links.data *= scale[links.indices]
         return links
@@ -215,11 +236,16 @@ def _top_eigenvectors_by_component(
     return np.concatenate([np.ones(n_parts), values]), np.hstack([basis, vectors])
 
 
-def _is_complete(adjacency: np.ndarray, nodes: np.ndarray) -> bool:
+def _is_complete(adjacency, nodes: np.ndarray) -> bool:
     """Whether every pair of ``nodes`` is linked, for ``nodes`` = those with an edge (their edges
     all stay among them): each links the other n_nodes − 1. Counts nonzeros per row (an (n, n)
-    boolean temporary, not a float64 copy of the subgraph)."""
-    links = np.count_nonzero(adjacency, axis=1) - (np.diag(adjacency) != 0)
+    boolean temporary when dense, not a float64 copy of the subgraph; O(n) on a CSR graph
+    without explicit zeros)."""
+    if sp.issparse(adjacency):
+        per_row = np.diff(adjacency.indptr)
+    else:
+        per_row = np.count_nonzero(adjacency, axis=1)
+    links = per_row - (adjacency.diagonal() != 0)
     return bool((links[nodes] == nodes.size - 1).all())
 
 
@@ -236,6 +262,13 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     h = _bethe_hessian(adjacency)
     if h is None:
         return n
+    return _negative_inertia(h)
+
+
+def _negative_inertia(h: np.ndarray) -> int:
+    """Negative eigenvalues of a dense symmetric (n, n) float64 array by LDLᵀ (dsytrf), which
+    overwrites ``h``. O(n³/3) time, dsytrf's workspace of 64 n floats besides ``h``."""
+    n = h.shape[0]
     # h is symmetric, so its transpose view is the Fortran-ordered matrix LAPACK factorises in
     # place (no copy); D of H = L D Lᵀ sits on the diagonal and, for 2×2 blocks, the subdiagonal.
     # The wrapper's default workspace (n) makes dsytrf fall back to its unblocked, matrix-vector
@@ -250,6 +283,69 @@ def _bethe_hessian_count(adjacency: np.ndarray) -> int:
     if info < 0:  # pragma: no cover - an argument error, not a property of the graph
         raise RuntimeError(f"LAPACK dsytrf: argument {-info} is invalid")
     return _negative_pivots(ldu, ipiv)
+
+
+DENSE_COMPONENT_MAX = 2000
+"""Components of a sparse graph up to this size get their Bethe-Hessian count by a dense LDLᵀ
+(32 MB at most); larger ones by Lanczos."""
+
+
+def _bethe_hessian_count_sparse(adjacency: sp.csr_matrix, cap: int) -> int:
+    """The Bethe-Hessian count of ``_bethe_hessian_count`` for a sparse (n, n) graph, without a
+    dense n×n array, and at most ``cap`` (the count is clipped to k_max afterwards anyway).
+
+    H is block-diagonal over the connected components (r is the whole graph's), so the count is
+    the sum of theirs: a dense LDLᵀ for components of ≤ DENSE_COMPONENT_MAX nodes, else the
+    Lanczos count of ``_negative_count_lanczos`` (each component apart, so that the repeated
+    eigenvalues of identical components, which Lanczos can miss, never meet). Stops once
+    ``cap`` is reached. Memory: H in CSR (12 bytes per link), one component's copy, and a dense
+    DENSE_COMPONENT_MAX² array at most. A graph without edges has n communities (capped)."""
+    n = adjacency.shape[0]
+    off = sp.csr_matrix(adjacency, copy=True)
+    off.setdiag(0.0)
+    off.eliminate_zeros()
+    degree = np.asarray(off.sum(axis=1)).ravel()
+    if degree.sum() == 0:
+        return min(n, cap)
+    zeta = (degree**2).mean() / degree.mean() - 1.0
+    r = np.sqrt(max(zeta, 1.0 + 1e-6))  # as _bethe_hessian
+    off.data *= -r
+    h = (off + sp.diags(r * r - 1.0 + degree, format="csr")).tocsr()
+    del off
+    _, parts = connected_components(h, directed=False)
+    order = np.argsort(parts, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(parts[order]) != 0, True])
+    count = 0
+    for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):  # loop over components
+        if s1 - s0 == 1:
+            continue  # a lone node: H = r² − 1 + 0 > 0
+        nodes = order[s0:s1]
+        block = h if nodes.size == n else h[nodes][:, nodes]  # no copy for one component
+        if nodes.size <= DENSE_COMPONENT_MAX:
+            count += _negative_inertia(block.toarray())
+        else:
+            count += _negative_count_lanczos(block, cap - count)
+        if count >= cap:
+            return cap
+    return count
+
+
+def _negative_count_lanczos(h: sp.csr_matrix, cap: int, k_start: int = 16) -> int:
+    """min(cap, number of negative eigenvalues) of a sparse symmetric (s, s) matrix, s > cap + 1:
+    the k smallest eigenvalues by Lanczos (ARPACK ``eigsh``, which="SA", fixed start vector),
+    k doubling from ``k_start`` until one of them is ≥ 0 or k reaches ``cap``. Cost: a few
+    hundred sparse products per try (nnz each) and O(s k) vectors."""
+    from scipy.sparse.linalg import eigsh
+
+    s = h.shape[0]
+    start = np.random.RandomState(0).uniform(-1.0, 1.0, s)
+    k = max(1, min(k_start, cap, s - 2))
+    while True:  # loop over tries, k doubling: log2(cap / k_start) of them at most
+        values = eigsh(h, k=k, which="SA", v0=start, tol=1e-10, return_eigenvectors=False)
+        negative = int((values < 0).sum())
+        if negative < k or k >= min(cap, s - 2):
+            return min(negative, cap)
+        k = min(2 * k, cap, s - 2)
 
 
 def _bethe_hessian(adjacency: np.ndarray) -> np.ndarray | None:
@@ -285,10 +381,11 @@ def _negative_pivots(ldu: np.ndarray, ipiv: np.ndarray) -> int:
 
 def _modularity(adjacency: np.ndarray, labels: np.ndarray) -> float:
     """Newman's modularity Q = Σ_c e_cc / 2m − (d_c / 2m)² of a partition of the graph
-    ``adjacency`` (self-loops counted as edges). O(n² k) time, one n × k product."""
+    ``adjacency`` (self-loops counted as edges), dense or sparse. O(n² k) time (O(nnz k) sparse),
+    one n × k product."""
     y = np.zeros((labels.size, int(labels.max()) + 1))
     y[np.arange(labels.size), labels] = 1.0
-    degree = adjacency.sum(axis=1)
+    degree = _row_sums(adjacency)
     two_m = degree.sum()
     if two_m == 0:
         return 0.0
@@ -300,6 +397,28 @@ def _eigengap(values: np.ndarray, k_min: int, k_max: int) -> int:
     """argmax_{k_min ≤ k ≤ k_max} λ_k − λ_{k+1} (1-based, λ descending); ties → smallest k."""
     gaps = values[k_min - 1 : k_max] - values[k_min : k_max + 1]
     return int(k_min + np.argmax(gaps))
+
+
+def _row_sums(a) -> np.ndarray:
+    """Row sums (n,) of a dense or scipy-sparse (n, n) matrix, as a 1-D float64 array."""
+    return np.asarray(a.sum(axis=1), dtype=np.float64).ravel()
+
+
+def _check_sparse_affinity(affinity) -> sp.csr_matrix:
+    """The sparse affinity as a new float64 CSR matrix (12 bytes per nonzero) with sorted indices,
+    duplicates summed and no explicit zeros; checked finite, non-negative and symmetric in
+    O(nnz) (one more sparse temporary, A − Aᵀ)."""
+    a = sp.csr_matrix(affinity, dtype=np.float64, copy=True)
+    if a.shape[0] != a.shape[1] or a.shape[0] == 0:
+        raise ValueError(f"affinity must be a non-empty square matrix; got shape {a.shape}.")
+    a.sum_duplicates()
+    a.eliminate_zeros()
+    if not np.all(np.isfinite(a.data)) or np.any(a.data < 0):
+        raise ValueError("affinity must be finite and non-negative.")
+    asymmetry = abs(a - a.T)
+    if asymmetry.nnz and asymmetry.max() > 1e-12:
+        raise ValueError("affinity must be symmetric.")
+    return a
 
 
 def _check_affinity(affinity) -> np.ndarray:

@@ -1,0 +1,173 @@
+"""The sparse KS views: block-built threshold graphs, the sparse Bethe-Hessian count, and the
+normalised cut on a sparse graph, each against its dense counterpart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from adseg.landscape import ks_distance_matrix
+from adseg.views import ViewConfig, ks_graph
+from adseg.views.ks import ks_sparse_graphs
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    with threadpool_limits(limits=1):
+        yield
+
+
+def marketplace_samples(n_advertisers, seed=11, min_samples=5):
+    """Training-window market prices and paid eCPMs of a simulated marketplace (adseg.simulate),
+    advertisers with fewer than ``min_samples`` of a kind left out of that kind."""
+    from adseg.simulate import MarketplaceConfig, simulate_marketplace
+
+    market = simulate_marketplace(MarketplaceConfig(n_advertisers=n_advertisers, seed=seed))
+    auctions = market.auctions
+    ts = pd.to_datetime(auctions["ts"])
+    end = ts.min().normalize() + pd.Timedelta(days=market.config.train_days)
+    train = auctions[(ts < end).to_numpy()]
+    groups = train.groupby("advertiser_id")
+    win = [g["market_price_ecpm"].to_numpy(float) for _, g in groups]
+    cost = [g["paid_ecpm"].dropna().to_numpy(float) for _, g in groups]
+    keep = lambda s: [x for x in s if x.size >= min_samples]  # noqa: E731
+    return keep(win), keep(cost), market
+
+
+@pytest.fixture(scope="module")
+def marketplace():
+    return marketplace_samples(2000)
+
+
+@pytest.mark.slow
+def test_sparse_ks_graphs_equal_the_dense_thresholded_graphs(marketplace):
+    """n = 2,000 simulated advertisers, both kinds of samples, every α of the default ViewConfig:
+    the block-built CSR graph has the dense graph's pattern and values exactly (no pair with
+    dist ≤ C_α missed, none added), with small row blocks so that many blocks meet."""
+    win, cost, _ = marketplace
+    alphas = ViewConfig().alphas
+    for samples in (win, cost):
+        assert len(samples) > 1000
+        dense_distances = ks_distance_matrix(samples)
+        graphs = list(ks_sparse_graphs(samples, alphas, block_mb=0.5))
+        for alpha, graph in zip(alphas, graphs, strict=True):
+            dense = ks_graph(dense_distances, alpha)
+            assert sp.isspmatrix_csr(graph) and graph.shape == dense.shape
+            assert graph.nnz == np.count_nonzero(dense)  # no explicit zeros
+            np.testing.assert_array_equal(graph.toarray(), dense)
+            assert (graph != graph.T).nnz == 0
+        # a smaller α links more pairs, and the graphs are nested
+        assert graphs[0].nnz > graphs[1].nnz > graphs[2].nnz
+        assert (graphs[2] > graphs[0]).nnz == 0
+
+
+def test_sparse_ks_graphs_empty_samples_and_block_sizes():
+    """Empty samples are unlinked but keep their diagonal 1 (as ks_graph); the result does not
+    depend on the block size, down to one row per block."""
+    rng = np.random.default_rng(4)
+    samples = [np.round(rng.lognormal(rng.normal(0, 0.3), 0.5, k), 2) for k in (30, 0, 5, 80)]
+    samples += [np.round(rng.lognormal(0, 0.5, 40), 2) for _ in range(40)]
+    dense = ks_distance_matrix(samples)
+    for block_mb in (1e-6, 0.01, 64.0):
+        graphs = list(ks_sparse_graphs(samples, (0.01, 0.3), block_mb=block_mb))
+        for alpha, graph in zip((0.01, 0.3), graphs, strict=True):
+            np.testing.assert_array_equal(graph.toarray(), ks_graph(dense, alpha))
+    assert graphs[0][1].nnz == 1 and graphs[0][1, 1] == 1.0
+
+
+def planted_partition(n, k, p_in, p_out, seed, n_isolated=0):
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, k, n)
+    p = np.where(group[:, None] == group[None, :], p_in, p_out)
+    a = np.triu((rng.random((n, n)) < p).astype(float), 1)
+    a += a.T
+    if n_isolated:
+        a[-n_isolated:] = 0.0
+        a[:, -n_isolated:] = 0.0
+    np.fill_diagonal(a, 1.0)  # self-loops, as the KS graphs have: not edges for H
+    return a, group
+
+
+@pytest.mark.parametrize("dense_max", [10_000, 40])
+def test_sparse_bethe_hessian_count_equals_the_dense_count(monkeypatch, marketplace, dense_max):
+    """Planted partitions of known k (one component, or several with isolated nodes) and the KS
+    graphs of the simulated marketplace: the count without a dense LDLᵀ (Lanczos on every
+    component above ``dense_max`` nodes) is the dense LDLᵀ count, capped at k_max = 80."""
+    import adseg.views.ncut as ncut
+
+    monkeypatch.setattr(ncut, "DENSE_COMPONENT_MAX", dense_max)
+    graphs = []
+    for seed, (n, k, p_in, p_out) in enumerate(
+        [(300, 1, 0.1, 0.1), (400, 3, 0.3, 0.02), (600, 8, 0.25, 0.01), (900, 12, 0.2, 0.005)]
+    ):
+        a, group = planted_partition(n, k, p_in, p_out, seed, n_isolated=seed)
+        assert ncut._bethe_hessian_count(a.copy()) == k  # the planted k is found
+        graphs.append(a)
+    blocks = sp.block_diag([sp.csr_matrix(graphs[1]), sp.csr_matrix(graphs[2])]).toarray()
+    graphs.append(blocks)  # two components: 3 + 8 communities
+    win, cost, _ = marketplace
+    for samples in (win[:1200], cost[:1200]):
+        graphs += [g.toarray() for g in ks_sparse_graphs(samples, ViewConfig().alphas)]
+    counts = []
+    for a in graphs:
+        dense = ncut._bethe_hessian_count(a.copy())
+        assert ncut._bethe_hessian_count_sparse(sp.csr_matrix(a), cap=80) == min(dense, 80)
+        counts.append(dense)
+    assert counts[4] == 11 and max(counts[5:]) > 10  # the KS graphs have many communities
+    assert ncut._bethe_hessian_count_sparse(sp.eye(50, format="csr"), cap=80) == 50
+    assert ncut._bethe_hessian_count_sparse(sp.csr_matrix(blocks), cap=5) == 5
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_clusters": 5}, {"k_selection": "eigengap"}])
+def test_normalized_cut_on_a_sparse_graph_finds_what_the_dense_cut_finds(monkeypatch, kwargs):
+    """With SPARSE_MIN_N lowered, a CSR graph is cut without densifying the graph (the sparse
+    path): same cluster count and the same partition as the dense cut, isolated nodes and
+    separate components included; a CSR graph below SPARSE_MIN_N takes the dense path."""
+    import adseg.views.ncut as ncut
+
+    a, group = planted_partition(2300, 6, 0.3, 0.01, seed=3, n_isolated=5)
+    a[:40, 40:] = a[40:, :40] = 0.0  # a separate component of 40 nodes
+    dense = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(a)
+    below = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(sp.csr_matrix(a))
+    assert not dense.sparse_path_ and not below.sparse_path_
+    np.testing.assert_array_equal(below.labels_, dense.labels_)
+    monkeypatch.setattr(ncut, "SPARSE_MIN_N", 1000)
+    fit = ncut.NormalizedCutClustering(random_state=0, **kwargs).fit(sp.csr_matrix(a))
+    assert fit.sparse_path_
+    assert fit.n_clusters_ == dense.n_clusters_
+    assert fit.n_isolated_ == dense.n_isolated_ == 5
+    assert fit.n_components_ == dense.n_components_ >= 7
+    assert fit.bethe_hessian_count_ == dense.bethe_hessian_count_
+    np.testing.assert_allclose(fit.eigenvalues_, dense.eigenvalues_, rtol=1e-8, atol=1e-10)
+    from adseg.metrics import ari
+
+    assert ari(fit.labels_, dense.labels_) == 1.0
+    assert fit.modularity_ == pytest.approx(dense.modularity_, abs=1e-12)
+    with pytest.raises(ValueError, match="symmetric"):
+        ncut.NormalizedCutClustering().fit(sp.triu(sp.csr_matrix(a), format="csr"))
+
+
+def test_ks_view_sparse_path_matches_the_dense_path(monkeypatch, marketplace):
+    """ks_view from SPARSE_MIN_N advertisers on builds CSR graphs and cuts them sparse: the same
+    edges and clusters as the dense path on the same samples; the path is recorded per column."""
+    import adseg.views.ncut as ncut
+    from adseg.metrics import ari
+    from adseg.views import ks_view
+
+    win = marketplace[0][:700]
+    config = ViewConfig(n_init=2)
+    dense = ks_view(win, "win_rate", config, random_state=0)
+    monkeypatch.setattr(ncut, "SPARSE_MIN_N", 500)
+    sparse = ks_view(win, "win_rate", config, random_state=0)
+    assert list(dense.columns["graph"]) == ["dense"] * 3
+    assert list(sparse.columns["graph"]) == ["sparse"] * 3
+    for name in ("n_edges", "n_clusters", "n_components", "n_isolated"):
+        assert list(sparse.columns[name]) == list(dense.columns[name]), name
+    for c in range(3):
+        assert ari(sparse.labels[:, c], dense.labels[:, c]) > 0.99
+    with pytest.warns(RuntimeWarning, match="no distance matrix"):
+        kept = ks_view(win, "win_rate", ViewConfig(n_init=2, keep_distances=True), 0)
+    assert kept.distances == {}
