@@ -207,105 +207,117 @@ class TRCE(BaseFuser):
         self._check_params(n)
         c = int(self.n_clusters)
         base = _BaseGraphs.from_labels(labels)
-        eig_solver = self.eigen_solver
+        state, history = self._start(base, n, m, c), []
+        t = 0
+        for t in range(1, int(self.max_iter) + 1):
+            state = self._iterate(base, state, t, c, history)
+            if state.z == c and t >= self.min_iter:
+                break
+            state.gamma *= self.gamma_growth
+        path = "components"
+        if state.z != c and self.on_mismatch in ("continue", "repair"):
+            path = "components-after-repair"
+            for _ in range(int(self.repair_iters)):
+                if state.z == c:
+                    break
+                t += 1
+                state = self._iterate(base, state, t, c, history)
+        self.n_components_ = int(state.z)
+        self.labels_, self.labels_path_ = self._final_labels(base, state, c, path)
+        self.graph_ = sp.csr_matrix(state.A)
+        self.instance_weights_ = state.w
+        self.clustering_weights_ = state.alpha
+        self.rho_ = state.rho
+        self.gamma_ = state.gamma
+        self.n_iter_ = t
+        self.noise_norm_ = float(np.linalg.norm(state.B - state.A))
+        self.history_ = history
 
-        # §3.0 initialisation: A = B = A⁰ (E = 0), α_k = m, F from L(A⁰).
+    def _start(self, base: _BaseGraphs, n: int, m: int, c: int) -> _State:
+        """§3.0: A = B = A⁰ (E = 0), α_k = m, F from L(A⁰), γ and ρ at their starts."""
         alpha = np.full(m, float(m))
         if not self.learn_alpha and self.fixed_alpha == "one":
             alpha = np.ones(m)
         B = base.weighted(np.ones(m)) / m
         A = B.copy()
-        _, F = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
-        F = F[:, :c]
-        d = base.kl_rows(B)
-        w = np.ones(n)
+        _, F = _smallest_eigenpairs(_laplacian(A), c, self.eigen_solver)
         gamma = None if self.gamma_init == "quantile" else float(self.gamma_init)
-        rho = float(self.rho_init)
-        history: list[dict] = []
-        z = -1
+        return _State(
+            A, B, np.ones(n), base.kl_rows(B), alpha, F[:, :c], gamma, float(self.rho_init), -1
+        )
 
-        def iterate(t: int, gamma, rho: float, F: np.ndarray, alpha: np.ndarray, d: np.ndarray):
-            # d (n, m) holds the KL terms of the current B (computed at the end of the previous
-            # iteration, or from A⁰), so the w-step needs no extra pass over n×n.
-            b = d @ alpha
-            if gamma is None:  # "quantile" start (spec §3.8 R2), decided on the first b
-                q = max(1, min(n // int(self.max_iter), n))
-                gamma = float(2.0 * np.sort(b)[q - 1])
-                if gamma <= 0:  # every instance already agrees perfectly
-                    gamma = 1.0
-            w = w_step(b, gamma) if self.learn_w else np.ones(n)
-            G = sqdist_rows(F)
-            H = base.weighted(alpha)
-            H *= (w**2)[:, None]
-            B, _ = solve_b(H, G, rho)
-            del H
-            A = project_simplex_rows(B - (rho / (2.0 * self.lam)) * G) if self.noise else B
-            _, F_new = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
-            d_new = base.kl_rows(B)
-            if self.learn_alpha:
-                alpha = alpha_step((w**2) @ d_new)
-            z = count_components(A)
-            objective = _objective(d_new, alpha, w, gamma, self.lam, B, A, G, rho)
-            F_next = F_new[:, :c]
-            if z < c:
-                rho *= self.rho_factor
-            elif z > c:
-                rho /= self.rho_factor
-                F_next = F  # CAN convention: keep the previous embedding when halving
-            history.append(
-                dict(iteration=t, n_components=z, rho=rho, gamma=gamma, objective=objective)
-            )
-            return A, B, w, d_new, alpha, F_next, gamma, rho, z
+    def _iterate(self, base: _BaseGraphs, s: _State, t: int, c: int, history: list) -> _State:
+        """One iteration of Algorithm 1 (w-, B-, A-, F-, α-steps, then the ρ rule); appends
+        to ``history``. ``s.d`` holds the KL terms of the current B, so the w-step needs no
+        extra pass over n × n."""
+        n = s.w.size
+        b = s.d @ s.alpha
+        gamma = s.gamma
+        if gamma is None:  # "quantile" start (spec §3.8 R2), decided on the first b
+            q = max(1, min(n // int(self.max_iter), n))
+            gamma = float(2.0 * np.sort(b)[q - 1])
+            if gamma <= 0:  # every instance already agrees perfectly
+                gamma = 1.0
+        w = w_step(b, gamma) if self.learn_w else np.ones(n)
+        G = sqdist_rows(s.F)
+        H = base.weighted(s.alpha)
+        H *= (w**2)[:, None]
+        B, _ = solve_b(H, G, s.rho)
+        del H
+        A = project_simplex_rows(B - (s.rho / (2.0 * self.lam)) * G) if self.noise else B
+        _, F_new = _smallest_eigenpairs(_laplacian(A), c, self.eigen_solver)
+        d_new = base.kl_rows(B)
+        alpha = alpha_step((w**2) @ d_new) if self.learn_alpha else s.alpha
+        z = count_components(A)
+        objective = _objective(d_new, alpha, w, gamma, self.lam, B, A, G, s.rho)
+        F_next, rho = F_new[:, :c], s.rho
+        if z < c:
+            rho *= self.rho_factor
+        elif z > c:
+            rho /= self.rho_factor
+            F_next = s.F  # CAN convention: keep the previous embedding when halving
+        history.append(dict(iteration=t, n_components=z, rho=rho, gamma=gamma, objective=objective))
+        return _State(A, B, w, d_new, alpha, F_next, gamma, rho, z)
 
-        t = 0
-        for t in range(1, int(self.max_iter) + 1):
-            A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha, d)
-            if z == c and t >= self.min_iter:
-                break
-            gamma *= self.gamma_growth
-        path = "components"
-        if z != c and self.on_mismatch in ("continue", "repair"):
-            path = "components-after-repair"
-            for _ in range(int(self.repair_iters)):
-                if z == c:
-                    break
-                t += 1
-                A, B, w, d, alpha, F, gamma, rho, z = iterate(t, gamma, rho, F, alpha, d)
-
-        comp = count_components(A, return_labels=True)[1]
-        self.n_components_ = int(z)
-        if z == c:
-            labels_out = comp
-        elif self.on_mismatch in ("spectral", "repair"):
-            if z < c:
-                _, F_final = _smallest_eigenpairs(_laplacian(A), c, eig_solver)
-                labels_out = assign_labels(
-                    F_final[:, :c], c, method="kmeans", random_state=self._rng
-                )
-                path = "spectral"
-            else:
-                labels_out = _merge_components(comp, base.weighted(alpha), c)
-                path = "merged"
-            labels_out = relabel(labels_out.reshape(-1, 1)).ravel()
-        else:
-            labels_out = comp
-            path = "mismatch"
+    def _final_labels(self, base: _BaseGraphs, s: _State, c: int, path: str):
+        """(labels, path): the components of A when there are c of them; else as
+        ``on_mismatch`` says (spec §3.9): forced to c clusters or returned with a warning."""
+        comp = count_components(s.A, return_labels=True)[1]
+        if s.z == c:
+            return comp, path
+        if self.on_mismatch not in ("spectral", "repair"):
             warnings.warn(
-                f"TRCE: the learned graph has {z} connected components, not n_clusters={c} "
+                f"TRCE: the learned graph has {s.z} connected components, not n_clusters={c} "
                 f"(lam={self.lam}); returning the components as they are.",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        self.labels_ = labels_out
-        self.labels_path_ = path
-        self.graph_ = sp.csr_matrix(A)
-        self.instance_weights_ = w
-        self.clustering_weights_ = alpha
-        self.rho_ = rho
-        self.gamma_ = gamma
-        self.n_iter_ = t
-        self.noise_norm_ = float(np.linalg.norm(B - A))
-        self.history_ = history
+            return comp, "mismatch"
+        if s.z < c:
+            _, F_final = _smallest_eigenpairs(_laplacian(s.A), c, self.eigen_solver)
+            out = assign_labels(F_final[:, :c], c, method="kmeans", random_state=self._rng)
+            path = "spectral"
+        else:
+            out = _merge_components(comp, base.weighted(s.alpha), c)
+            path = "merged"
+        return relabel(out.reshape(-1, 1)).ravel(), path
+
+
+@dataclass
+class _State:
+    """One TRCE iterate: the graphs A and B (n, n), instance weights w (n,), the KL terms d
+    (n, m) of B, clustering weights α (m,), the embedding F (n, c), γ (None until the
+    quantile start sets it), ρ, and the number z of components of A (-1 before the first)."""
+
+    A: np.ndarray
+    B: np.ndarray
+    w: np.ndarray
+    d: np.ndarray
+    alpha: np.ndarray
+    F: np.ndarray
+    gamma: float | None
+    rho: float
+    z: int
 
 
 # ---------------------------------------------------------------------- base graphs
