@@ -100,6 +100,19 @@ FIELDS = ["part", "pool", "n", "c", "draw", "method", "status", "acc", "nmi", "k
 FIELDS += ["peak_mib", "rss_mib", "error"]
 PCE_COMMIT = "8228a50"
 
+NOTES = [
+    "* PCE methods are called through their cores (`pce.consensus.methods.*_core`) with the "
+    "arguments their entry-point wrappers pass at the wrappers' defaults: TRCE `trce_core(L, c, "
+    "0.01)`, ECPCS-MC `ecpcs_mc_core(L, 20, c)`, LWEA `lwea_core(L, c, 10)` (θ = 10 is the "
+    "wrapper's default; the core's own default and the LWEA paper's is 0.4), U-SENC "
+    "`usenc_core(L, c)`; `np.random.seed(draw)` before each call, as the wrappers seed before "
+    "theirs. PCE TRCE returns the learned graph's connected components as they are (no repair), "
+    "so its cluster count can differ from c; adseg's trce repairs to exactly c (spec §3.9).",
+    "* ECPCS-MC is not fully determined by the numpy seed: its Ncut calls `scipy.sparse.linalg."
+    "eigsh` without a start vector (ARPACK draws its own), so a rerun can differ in the third "
+    "decimal on a draw.",
+    "* adseg's fusers run with their defaults, `n_clusters` = c and `random_state` = draw.",
+]
 _PCE: dict[str, object] = {}  # PCE core functions, loaded in the parent before any fork
 
 
@@ -286,6 +299,11 @@ def _stats(rows: list[dict], key: str) -> tuple[float, float]:
     return float(vals.mean()), float(vals.std())
 
 
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def _pm(rows: list[dict], key: str) -> str:
     mean, std = _stats(rows, key)
     return "—" if not np.isfinite(mean) else f"{mean:.3f} ± {std:.3f}"
@@ -323,12 +341,14 @@ def render(meta: dict) -> str:
     out += [
         "## trce against PCE TRCE",
         "",
-        "ACC on the same draws. Δ = trce − PCE TRCE over the draws both ran (paired); time ratio "
-        "= PCE TRCE seconds / trce seconds on those draws.",
+        "ACC on the same draws. Δ = trce − PCE TRCE over the draws both ran (paired); same ACC "
+        "= paired draws where both give exactly the same ACC; time ratio = PCE TRCE seconds / "
+        'trce seconds on those draws. trce is adseg\'s default (γ start "quantile", the public '
+        'code\'s rule); "trce (paper γ = 1)" is `gamma_init=1.0`, the default before issue 39.',
         "",
         "| pool | draws (trce / PCE) | trce ACC | trce (paper γ = 1) ACC | PCE TRCE ACC "
-        "| Δ ACC paired | trce s | PCE TRCE s | PCE / trce time |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Δ ACC paired | same ACC | trce s | PCE TRCE s | PCE / trce time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pool in main_pools:
         ours = {r["draw"]: r for r in cell("main", pool, "trce") if r["status"] == "ok"}
@@ -343,9 +363,10 @@ def render(meta: dict) -> str:
             else float("nan")
         )
         dmean = f"{np.mean(delta):+.3f} ({len(both)} draws)" if delta else "—"
+        same = f"{sum(abs(x) < 1e-12 for x in delta)}/{len(both)}"
         out.append(
             f"| {pool} | {len(ours)} / {len(ref)} | {_pm(list(ours.values()), 'acc')} "
-            f"| {_pm(g1, 'acc')} | {_pm(list(ref.values()), 'acc')} | {dmean} "
+            f"| {_pm(g1, 'acc')} | {_pm(list(ref.values()), 'acc')} | {dmean} | {same} "
             f"| {fmt(_stats(list(ours.values()), 'seconds')[0], 1)} "
             f"| {fmt(_stats(list(ref.values()), 'seconds')[0], 1)} | {fmt(ratio, 1)}× |"
         )
@@ -400,8 +421,8 @@ def render(meta: dict) -> str:
                 f"| {fmt(_stats(t, 'seconds')[0], 1)} | {fmt(_stats(g, 'seconds')[0], 1)} |"
             )
         out.append(
-            f"| **mean over pools** | | | | {fmt(np.nanmean(means[BASE]))} "
-            f"| {fmt(np.nanmean(means['trce']))} | {fmt(np.nanmean(means[TRCE_G1]))} "
+            f"| **mean over pools** | | | | {fmt(_nanmean(means[BASE]))} "
+            f"| {fmt(_nanmean(means['trce']))} | {fmt(_nanmean(means[TRCE_G1]))} "
             "| | | | |"
         )
         out.append("")
@@ -419,8 +440,7 @@ def render(meta: dict) -> str:
                 f"| {r['status']} | {text} |"
             )
     out.append("")
-    if meta.get("notes"):
-        out += ["## Notes", "", *meta["notes"], ""]
+    out += ["## Notes", "", *NOTES, *meta.get("notes", []), ""]
     return "\n".join(out)
 
 
