@@ -167,7 +167,10 @@ class _Recorder:
 
     def factory(self, **params):
         def make(n_clusters, seed):
-            est = FUSERS["trce"](n_clusters, random_state=seed, **params)
+            # the paper's γ₀ = 1 unless a variant says otherwise: the fuser's default became
+            # the public code's "quantile" start in issue 39, and the stored rows are γ₀ = 1
+            kwargs = {"gamma_init": 1.0} | params
+            est = FUSERS["trce"](n_clusters, random_state=seed, **kwargs)
             self.fitted.append(est)
             return est
 
@@ -209,7 +212,9 @@ def run_dataset(
     frames.append(frame.assign(table="main"))
     if lam_grid:
         lam_fusers = {
-            f"trce λ={lam:g}": (lambda k, sd, lam=lam: FUSERS["trce"](k, lam=lam, random_state=sd))
+            f"trce λ={lam:g}": (
+                lambda k, sd, lam=lam: FUSERS["trce"](k, lam=lam, gamma_init=1.0, random_state=sd)
+            )
             for lam in lam_grid
         }
         with warnings.catch_warnings():

@@ -382,11 +382,12 @@ def test_no_noise_ablation_collapses_on_lung(shared_datasets):
 
     data = load_dataset("pool_lung", shared_datasets)
     labels = data.members[:, :20]
-    full = TRCE(5, random_state=0).fit(labels)
+    # the paper's Table 4 ablation, with the paper's γ = 1 (not the default quantile start)
+    full = TRCE(5, gamma_init=1.0, random_state=0).fit(labels)
     assert full.n_components_ == 5
     assert clustering_accuracy(data.y, full.labels_) > 0.75
     with pytest.warns(RuntimeWarning):
-        e0 = TRCE(5, noise=False, on_mismatch="return").fit(labels)
+        e0 = TRCE(5, gamma_init=1.0, noise=False, on_mismatch="return").fit(labels)
     assert e0.n_components_ == 1
 
 
@@ -400,8 +401,15 @@ def test_ablation_options():
     np.testing.assert_array_equal(fa1.clustering_weights_, np.ones(5))
     fw = TRCE(3, learn_w=False).fit(labels)
     np.testing.assert_array_equal(fw.instance_weights_, np.ones(60))
-    fq = TRCE(3, gamma_init="quantile").fit(labels)
+    # default γ start: the public code's quantile rule (issue 39); 1.0 is the paper's value
+    assert TRCE(3).get_params()["gamma_init"] == "quantile"
+    fq = TRCE(3).fit(labels)
     assert fq.history_[0]["gamma"] > 0
+    fq_named = TRCE(3, gamma_init="quantile").fit(labels)
+    assert fq_named.history_[0]["gamma"] == fq.history_[0]["gamma"]
+    np.testing.assert_array_equal(fq_named.labels_, fq.labels_)
+    f1 = TRCE(3, gamma_init=1.0).fit(labels)
+    assert f1.history_[0]["gamma"] == 1.0
 
 
 def test_mismatch_paths():
