@@ -190,7 +190,7 @@ def stage_on_run(engine: Engine, run_id: int, stage: str, work) -> dict:
     ``"adseg <stage>": {"total": seconds, **details}`` (the latest such command; the timings of
     the run's own stages are kept)."""
     with nightly_lock(engine):
-        # read under the lock: a `db prune` between a read and the lock deleted the run (review)
+        # read under the lock: a `db prune` between a read and the lock deleted the run
         run = store.get_run(engine, run_id)
         if run["status"] != "completed":
             raise store.RunNotFoundError(f"run {run_id} is {run['status']}, not completed.")
