@@ -221,10 +221,13 @@ def test_a_server_that_cannot_meet_the_urls_security_options_is_not_retry_later(
     ],
 )
 def test_a_database_error_in_a_run_names_the_failed_run(orig, code, capsys):
+    from adseg.app.runs import RunFailed
+
     exc = _db_error(orig)
     exc.connection_invalidated = "EOF detected" in str(orig)  # as SQLAlchemy marks a lost one
-    exc.failed_run_id = 7  # as app.runs.locked_run attaches it
-    exit_code, err = _exit(exc, capsys)
+    failed = RunFailed(7, exc)  # as app.runs.locked_run raises it
+    failed.__cause__ = exc
+    exit_code, err = _exit(failed, capsys)
     assert exit_code == code, err
     assert err.startswith(f"error: run 7 failed: database error: {orig}")
 

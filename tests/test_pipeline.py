@@ -21,6 +21,7 @@ from adseg.app.inputs import check_run_inputs, default_windows, pull
 from adseg.app.nightly import run_nightly
 from adseg.app.reports import load_report_data
 from adseg.app.restage import run_forecast, run_segment, run_views
+from adseg.app.runs import RunFailed
 from adseg.cli import app
 from adseg.consensus import FUSERS
 from adseg.fusion import Fusion, fuse
@@ -117,8 +118,9 @@ def test_failure_in_a_middle_stage_leaves_earlier_runs(loaded, market_dir, monke
         raise RuntimeError("injected failure in forecasting")
 
     monkeypatch.setattr(pipeline, "forecast", broken)
-    with pytest.raises(RuntimeError, match="injected"):
+    with pytest.raises(RunFailed, match="failed: RuntimeError: injected") as caught:
         run_nightly(loaded, config=_config(market_dir))
+    assert isinstance(caught.value.__cause__, RuntimeError) and not caught.value.completed
     runs = store.list_runs(loaded)
     failed = runs[runs["status"] == "failed"]
     assert len(failed) == 1 and "injected failure" in failed["error"].iloc[0]
@@ -143,8 +145,10 @@ def test_a_run_whose_lock_was_forced_away_never_completes(loaded, market_dir, mo
         return real_forecast(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "forecast", forecast_after_a_forced_unlock)
-    with pytest.raises(store.RunLostError, match="marked failed by another process"):
+    with pytest.raises(RunFailed) as caught:
         run_nightly(loaded, config=_config(market_dir))
+    assert isinstance(caught.value.__cause__, store.RunLostError)
+    assert "marked failed by another process" in str(caught.value.__cause__)
     (run,) = store.list_runs(loaded).itertuples()
     # the unlock's reason stays: the lost run used to overwrite it (and its finish time)
     assert run.status == "failed" and "lock cleared by `adseg db unlock`" in run.error
@@ -239,10 +243,10 @@ def test_a_failing_clean_up_does_not_hide_the_runs_own_error(loaded, market_dir,
 
     monkeypatch.setattr(pipeline, "forecast", broken)
     monkeypatch.setattr(store, "fail_run", server_gone)
-    with pytest.raises(RuntimeError, match="injected") as caught:
+    with pytest.raises(RunFailed, match="injected") as caught:
         run_nightly(loaded, config=_config(market_dir))
     run_id = int(store.list_runs(loaded)["run_id"].iloc[0])
-    assert caught.value.failed_run_id == run_id
+    assert caught.value.run_id == run_id
     # the lock still names the run, so the next run takes it over and fails the run for good
     assert store.lock_holder(loaded).run_id == run_id
     monkeypatch.undo()

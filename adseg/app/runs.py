@@ -38,6 +38,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("adseg.pipeline")  # the run's log lines keep the name jobs grep for
 
 
+class RunFailed(Exception):
+    """A run whose row was written failed: the row says why and its partial results are
+    deleted (``completed`` False), or the error came after it completed and the run is kept
+    (``completed`` True). ``run_id``; the error itself is ``__cause__``."""
+
+    def __init__(self, run_id: int, cause: BaseException, completed: bool = False):
+        what = "completed and is kept, but then" if completed else "failed"
+        super().__init__(f"run {run_id} {what}: {error_text(cause)}")
+        self.run_id, self.completed = run_id, completed
+
+
 @contextmanager
 def locked_run(
     engine: Engine,
@@ -47,16 +58,19 @@ def locked_run(
     parameters: dict,
     timings: dict,
 ):
-    """Take the nightly lock, create a 'running' run row and yield its id. On any error the run
-    is marked failed (its partial results deleted) and the error re-raised with the run's id as
-    its ``failed_run_id``; the lock is released. If the run cannot be marked failed (the server
-    went away), the lock is left naming the run, so that the next run takes it over and fails
-    the run then. Raises store.RunLockedError before writing anything if the lock is held.
+    """Take the nightly lock, create a 'running' run row and yield its id; the lock is released
+    at the end. Raises store.RunLockedError before writing anything if the lock is held.
+
+    On an error the run is marked failed (its partial results deleted) and :class:`RunFailed`
+    is raised from the error; a stop is re-raised as it is, carrying the run's id as its
+    ``failed_run_id`` (its exit code is the signal's). If the run cannot be marked failed (the
+    server went away), the lock is left naming the run, so that the next run takes it over and
+    fails the run then.
 
     The block completes the run itself (:func:`mark_completed`) as its last write; the lock is
-    released after that commit. An error or a stop that comes after it leaves the run completed,
-    with its results, and is raised with the run's id as its ``completed_run_id`` (a stop also
-    once this block is over: interrupts.note_completed_run); a crash between the two leaves a
+    released after that commit. An error that comes after it leaves the run completed, with its
+    results: RunFailed with ``completed`` True; a stop then carries ``completed_run_id`` (also
+    once this block is over: interrupts.note_completed_run). A crash between the two leaves a
     stale lock naming a completed run, which the next run takes over and leaves completed."""
     holder = run_id = None
     marked = True
@@ -95,12 +109,18 @@ def locked_run(
                 lambda: status.append(store.fail_run(engine, run_id, message, timings)),
             )
             # the caller reports the error, and what became of the run: the database's word
-            if status == ["completed"]:
-                exc.completed_run_id = run_id
+            completed = status == ["completed"]
+            if completed:
                 log.info("run %s had completed (its results are kept): %s", run_id, message)
             else:
-                exc.failed_run_id = run_id  # the CLI: exit 1, "run N failed", not "bad input"
                 log.info("run %s failed: %s", run_id, message)
+            if isinstance(exc, Exception):
+                raise RunFailed(run_id, exc, completed=completed) from exc
+            # a stop stays a stop (its exit code is the signal's); it carries the run's id
+            if completed:
+                exc.completed_run_id = run_id
+            else:
+                exc.failed_run_id = run_id
         raise
     finally:
         if holder is not None and marked:

@@ -63,6 +63,7 @@ def handle_errors(fn: Callable) -> Callable:
         try:
             # imported inside: a stop during these (slow, first) imports is a stop like any
             # other, not a traceback; the stop clause comes first, before these names are needed
+            from adseg.app.runs import RunFailed
             from adseg.ingest import IngestError
             from adseg.store.errors import DatabaseError
 
@@ -80,6 +81,8 @@ def handle_errors(fn: Callable) -> Callable:
             _reader_gone()
         except CliError as exc:
             _fail(str(exc), exc.code, exc.details)
+        except RunFailed as exc:
+            _fail(*_run_failure(exc))
         except IngestError as exc:
             n = len(exc.problems)
             if n == 1:  # one line, naming the file, as every other error is
@@ -90,17 +93,8 @@ def handle_errors(fn: Callable) -> Callable:
                 [str(p) for p in exc.problems],
             )
         except DatabaseError as exc:
-            message, code = _database_failure(exc)
-            if (run_id := getattr(exc, "failed_run_id", None)) is not None:
-                # its row says so too; a server that went away mid-run is still "retry later"
-                _fail(
-                    f"run {run_id} failed: {message}",
-                    code if code == EXIT_TEMPFAIL else EXIT_FAILED,
-                )
-            _fail(message, code)
+            _fail(*_database_failure(exc))
         except ValueError as exc:
-            if (run_id := getattr(exc, "failed_run_id", None)) is not None:
-                _fail(f"run {run_id} failed: {exc}", EXIT_FAILED)  # its row says so too
             _fail(str(exc), EXIT_BAD_INPUT)
         except OSError as exc:  # a file we were asked to read or write: say which, and why
             if exc.errno is None or exc.strerror is None:  # ours, with its own message
@@ -118,6 +112,23 @@ def handle_errors(fn: Callable) -> Callable:
         return out
 
     return wrapper
+
+
+def _run_failure(exc) -> tuple[str, int]:
+    """The line and exit code of an app.runs.RunFailed: "run N failed: <why>" (the run's row says
+    so too) and 1, or 75 when its cause is a database server that went away (retry later); a
+    run that completed before the error says that it is kept."""
+    from adseg.store.errors import DatabaseError
+
+    cause = exc.__cause__
+    if exc.completed:
+        return f"run {exc.run_id} completed and is kept, but then: {error_text(cause)}", EXIT_FAILED
+    if isinstance(cause, DatabaseError):
+        message, code = _database_failure(cause)
+        return f"run {exc.run_id} failed: {message}", code if code == EXIT_TEMPFAIL else EXIT_FAILED
+    if isinstance(cause, ValueError):  # the checks' own words, as before a run
+        return f"run {exc.run_id} failed: {cause}", EXIT_FAILED
+    return str(exc), EXIT_FAILED
 
 
 def _fail_stopped(exc: BaseException, what: str) -> None:

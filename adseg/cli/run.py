@@ -208,9 +208,10 @@ def _check_truth(engine, truth: Path) -> None:
 
 def _run_nightly(engine, windows, config, reports: dict[str, Path | None], quiet: bool):
     """``run_nightly``, its failures turned into the command's line and exit code: 75 for a
-    held lock, the stop's for a stop (a run completed before it stays), handle_errors' for bad
-    data or an unwritable database, 1 for any other failure (the run row has the error)."""
+    held lock, the stop's for a stop (a run completed before it stays), handle_errors' for a
+    failed run (app.runs.RunFailed), bad data or an unwritable database, 1 for any other."""
     from adseg.app.nightly import run_nightly
+    from adseg.app.runs import RunFailed
     from adseg.store.errors import DatabaseError
     from adseg.store.results import RunLockedError
 
@@ -223,14 +224,10 @@ def _run_nightly(engine, windows, config, reports: dict[str, Path | None], quiet
         if (run_id := getattr(exc, "completed_run_id", None)) is None:
             raise  # the run is marked failed: handle_errors' line
         _stopped_after_completion(exc, run_id, reports, [])
-    except (ValueError, FileNotFoundError, DatabaseError):
-        raise  # bad data or an unwritable database: handle_errors gives the reason and code
-    except Exception as exc:  # the run row has the error; the job needs a code and a line
-        if (run_id := getattr(exc, "completed_run_id", None)) is not None:
-            _fail(f"run {run_id} completed and is kept, but then: {error_text(exc)}", EXIT_FAILED)
-        run_id = getattr(exc, "failed_run_id", None)
-        what = "nightly run" if run_id is None else f"run {run_id}"
-        _fail(f"{what} failed: {error_text(exc)}", EXIT_FAILED)
+    except (RunFailed, ValueError, OSError, DatabaseError):
+        raise  # a failed run, bad data, a file, the database: handle_errors' line and code
+    except Exception as exc:  # before the run row was written; the job needs a code and a line
+        _fail(f"nightly run failed: {error_text(exc)}", EXIT_FAILED)
 
 
 def _finish_nightly(engine, result, windows, reports: dict[str, Path | None], quiet: bool):
