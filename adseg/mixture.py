@@ -1,21 +1,15 @@
 """The model view: a mixture of multinomials over each advertiser's binned evidence, by MAP-EM.
 
-An advertiser i brings count vectors, one per evidence kind v (binned win-rate samples, binned
-eCPM-cost samples, the words of its description). Segment k emits the units of kind v from a
-categorical distribution θ_vk, so that
+An advertiser i brings count vectors C_v, one per evidence kind v (binned market prices, the words
+of its description); segment k emits kind v from a categorical θ_vk, so that
+log p(i | k) = Σ_v w_v Σ_b s_vi C_v[i, b] log θ_vk[b], with s_vi = min(1, max_count / n_vi)
+capping an advertiser's evidence (advertisers of one segment differ a little, so thousands of
+samples say less than their number). Every advertiser with any evidence gets its most likely
+segment; one with a description only is placed by its words. Symmetric Dirichlet priors make
+the objective a penalised log-likelihood that no EM step decreases. Each advertiser's delivery
+(wins at its bid) can place it too: :func:`delivery_log_likelihood`.
 
-    log p(i | k) = Σ_v w_v Σ_b s_vi C_v[i, b] log θ_vk[b],
-
-with ``w_v`` a weight per kind and ``s_vi = min(1, max_count / n_vi)`` capping the evidence of an
-advertiser at ``max_count`` units per kind: advertisers of one segment differ a little (their own
-price scale), so thousands of samples from one advertiser say less about its segment than their
-number suggests (a Dirichlet-multinomial's evidence saturates the same way). Every advertiser with
-any evidence gets the segment of highest posterior probability, however few its samples; one with
-a description only is placed by its words. Parameters get symmetric Dirichlet priors (pseudo-count
-``smoothing`` per bin, 1 per component for the weights π): the objective is the penalised
-log-likelihood, which no EM step decreases.
-
-The derivation and the measurements are in docs/algorithms/model_view.md.
+Derivation and measurements: docs/algorithms/model_view.md.
 """
 
 from __future__ import annotations

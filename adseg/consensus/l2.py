@@ -1,23 +1,14 @@
 """Least-squares consensus baselines on the co-association matrix: L2CC and KC.
 
-* :class:`L2CC` (registered as ``FUSERS["l2"]``) solves the Frobenius-norm relaxation of the
-  consensus problem exactly (seed 003, Eq. 25 with the l1 loss replaced by the squared Frobenius
-  norm; spec rcc.md §2)::
+* :class:`L2CC` (``FUSERS["l2"]``) solves the Frobenius-norm relaxation exactly (seed 003, Eq. 25
+  with the squared Frobenius norm; spec rcc.md §2): min ‖M̃ − H D Hᵀ‖_F² over HᵀH = I_K, D ≥ 0
+  diagonal, whose minimiser is the K leading eigenpairs of M̃ (eigenvalues clipped at 0); labels
+  from H as in spectral clustering. It also starts :class:`adseg.consensus.rcc.RCC`.
+* :class:`KC`: the papers' "KC" baseline, k-means on the rows of the co-association matrix; for
+  benchmarks only, not registered in ``FUSERS`` (O(n² K) per k-means iteration).
 
-      min_{H, D}  || M̃ − H D Hᵀ ||_F²   s.t.  HᵀH = I_K,  D diagonal, D ≥ 0
-
-  whose minimiser is H = the eigenvectors of the K largest eigenvalues of M̃ and D = those
-  eigenvalues clipped at 0 (Eckart–Young restricted to positive semi-definite fits). Labels come
-  from H as in spectral clustering (``assign_labels``). It is also the starting point of
-  :class:`adseg.consensus.rcc.RCC`.
-* :class:`KC` is the papers' "KC" baseline: k-means on the rows of the co-association matrix
-  (each item described by its n co-association values). It is importable for benchmarks and is
-  deliberately *not* registered in ``FUSERS``: it is a reference point of the seed papers' tables,
-  not a fuser we would recommend (it costs O(n² K) per k-means iteration and ignores the low-rank
-  structure that L2CC and RCC exploit).
-
-Memory: both hold one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus
-the work copies of their solvers (see each class).
+Memory: one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus the work
+copies of their solvers (see each class). Derivation: docs/algorithms/rcc.md.
 """
 
 from __future__ import annotations

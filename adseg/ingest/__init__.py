@@ -1,16 +1,9 @@
 """Read and validate ingest files (CSV, CSV.gz or Parquet; one file per table) into typed frames.
 
-Pure: no SQL here. ``adseg.store.load`` writes a validated batch in one transaction.
-
-Formats (DESIGN.md §3); prices are eCPM (currency per 1000 impressions), spend is currency:
-* advertisers: advertiser_id, name, description
-* auctions: auction_id, advertiser_id, ts, bid_ecpm, market_price_ecpm, won, paid_ecpm (empty when
-  lost)
-* delivery: advertiser_id, date, bid_requests, bid_ecpm, impressions, spend
-
-Row numbers in error messages count data records from 1 (the header is not a row), so "row 3" is
-the third record of the file. Rows are taken by position: whatever index a Parquet file stores is
-dropped on reading, and every typed frame is built from index-free arrays.
+Pure: no SQL here. ``adseg.store.load`` writes a validated batch in one transaction. The tables
+and their columns (prices in eCPM, spend in currency) are in docs/data-format.md. Row numbers in
+error messages count data records from 1 (the header is not a row); rows are taken by position
+(a Parquet file's stored index is dropped).
 
 Modules: ``directory`` (find the table files, :func:`read_directory`), ``readers`` (one file to a
 frame), ``validate`` (each table's checks), ``values`` (typed column parsers), ``batch`` (the
