@@ -96,13 +96,14 @@ def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int
                 f"of its parts): model K = {k}"
             ],
         )
+    views, edges = model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
     try:
-        k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS)
+        k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS, views=views)
     except ValueError as exc:  # no candidate scored (e.g. every held-out actual is zero)
         k = grid[len(grid) // 2]
         return Choices(k, notes=[f"backtest failed ({str(exc).rstrip('.')}): model K = {k}"])
     log.info("model view: K = %d by backtest (%s)", k, _scores_text(scores))
-    cap, cap_scores, labels = choose_delivery_cap(backtest, fits[k])
+    cap, cap_scores, labels = choose_delivery_cap(backtest, fits[k], views, edges)
     log.info("model view: delivery evidence capped at %g requests by backtest", cap)
     return Choices(k, scores, labels, delivery_cap=cap, cap_scores=cap_scores)
 
@@ -150,12 +151,11 @@ def _top(win_samples) -> float:
     return max((float(np.max(s)) for s in win_samples if np.size(s)), default=0.0)
 
 
-def choose_delivery_cap(backtest: Backtest, fit: MixtureSegmentation):
-    """(cap, {cap: score}, labels at that cap): the backtest's fit placed with the first part's
-    delivery at each of :data:`DELIVERY_CAPS`, scored on the held-out days; the smallest cap
-    within 1 % of the best (:func:`adseg.selection.parsimonious_choice`). Cost: one forecast
-    per candidate."""
-    views, edges = model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
+def choose_delivery_cap(backtest: Backtest, fit: MixtureSegmentation, views, edges):
+    """(cap, {cap: score}, labels at that cap): the backtest's fit (on ``views``, binned at
+    ``edges``) placed with the first part's delivery at each of :data:`DELIVERY_CAPS`, scored
+    on the held-out days; the smallest cap within 1 % of the best
+    (:func:`adseg.selection.parsimonious_choice`). Cost: one forecast per candidate."""
     delivery = Delivery.of(backtest.fit_delivery, backtest.advertiser_ids)
     top = _top(backtest.win_samples)
     labels = {c: place(fit, views, edges, top, delivery, c) for c in DELIVERY_CAPS}

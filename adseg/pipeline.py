@@ -421,7 +421,7 @@ class ModelStage(NamedTuple):
     k_scores: dict
     notes: list
     delivery_cap: float = 0.0  # the cap on the delivery evidence (by backtest; 0: none)
-    cap_scores: dict = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
+    cap_scores: dict = {}  # a shared default, never mutated
 
 
 def _with_model_column(labels, columns, model, k: int):

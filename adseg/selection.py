@@ -139,12 +139,15 @@ def select_model_k(
     estimator: MixtureSegmentation,
     n_bins: int,
     tolerance: float = 0.01,
+    views=None,
 ) -> tuple[int, dict[int, float], dict[int, MixtureSegmentation]]:
     """The model view's K by backtest: fit ``estimator`` with each candidate K on the first
-    part's evidence and score its segments on the held-out days (:meth:`Backtest.score`);
-    :func:`parsimonious_choice` picks. Returns (K, {K: score}, {K: fitted estimator}).
-    Cost: one mixture fit and one forecast per candidate."""
-    views, _ = model_features(backtest.win_samples, backtest.descriptions, n_bins=n_bins)
+    part's evidence (``views``, else :func:`adseg.mixture.model_features` of it) and score its
+    segments on the held-out days (:meth:`Backtest.score`); :func:`parsimonious_choice` picks.
+    Returns (K, {K: score}, {K: fitted estimator}). Cost: one mixture fit and one forecast per
+    candidate."""
+    if views is None:
+        views, _ = model_features(backtest.win_samples, backtest.descriptions, n_bins=n_bins)
     fits = {int(k): clone(estimator).set_params(n_components=int(k)).fit(views) for k in candidates}
     table = backtest.score({f"model_k{k}": f.labels_ for k, f in fits.items()})
     scores = {k: float(table.loc[f"model_k{k}", "score"]) for k in fits}
