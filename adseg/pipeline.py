@@ -104,6 +104,9 @@ class NightlyConfig:
     alphas: tuple[float, ...] = (0.01, 0.05, 0.1)
     single_view_alpha: float = 0.05
     min_samples: int = 20
+    # KS views: random partners per advertiser above this size (ViewConfig.ks_partners); None:
+    # every pair compared at any size
+    ks_partners: int | None = 2000
     truth_path: str | None = None
     blas_threads: int | None = 1
     n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
@@ -224,11 +227,22 @@ def require_window_data(windows: Windows, n_train_samples: int, n_eval_delivery:
         )
 
 
+def views_config(config: NightlyConfig):
+    """The views' parameters of a run (a ``views.ViewConfig``)."""
+    from adseg.views import ViewConfig
+
+    return ViewConfig(
+        alphas=tuple(config.alphas),
+        min_samples=config.min_samples,
+        ks_partners=config.ks_partners,
+    )
+
+
 def build_views(data: PulledData, config: NightlyConfig):
     """Stage 2: base clusterings of every view (KS graphs per α, text)."""
-    from adseg.views import ViewConfig, build_base_clusterings
+    from adseg.views import build_base_clusterings
 
-    view_config = ViewConfig(alphas=tuple(config.alphas), min_samples=config.min_samples)
+    view_config = views_config(config)
     views = build_base_clusterings(
         data.win_samples,
         data.cost_samples,
@@ -506,13 +520,13 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
     """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
     that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
     held-out days, each base clustering as a source of its own and every source besides."""
-    from adseg.views import ViewConfig, build_base_clusterings
+    from adseg.views import build_base_clusterings
 
     bt = build_base_clusterings(
         backtest.win_samples,
         backtest.cost_samples,
         backtest.descriptions,
-        config=ViewConfig(alphas=tuple(config.alphas), min_samples=config.min_samples),
+        config=views_config(config),
         random_state=config.seed,
     )
     bt_labels, bt_columns = _with_model_column(bt.labels, bt.columns, choices.fit_labels, choices.k)

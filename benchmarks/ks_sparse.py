@@ -6,9 +6,13 @@ enter its view), each path runs in a fresh subprocess: its peak resident memory 
 once the samples are loaded, whose RSS is reported apart as the baseline) is the stage's own:
 * dense: ncut.SPARSE_MIN_N raised above N, the path every size took before (n_v × n_v distance
   matrix, dense graphs, LDLᵀ Bethe-Hessian count);
-* sparse: ncut.SPARSE_MIN_N lowered to 2, the block-built CSR graphs and the sparse cut.
+* sparse: ncut.SPARSE_MIN_N lowered to 2, the block-built CSR graphs and the sparse cut (every
+  pair compared: ``ks_partners=None``);
+* sampled (``--paths sparse sampled``): as sparse, on ViewConfig's default random partner design
+  (``ks_partners``).
 Recorded per path: wall seconds of the stage, peak RSS, and per column the graph's linked pairs
-(n_edges), the clusters found, and the ARI between the two paths' labels.
+(n_edges), the clusters found, and the ARI between the path's labels and the sparse path's
+(dense's for the sparse path).
 
 Usage:
     OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/ks_sparse.py
@@ -65,8 +69,9 @@ def worker(samples_path: str, mode: str, out_path: str) -> None:
         win, cost = pickle.load(f)
     baseline = _status_mib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) restarts from here
-    ncut.SPARSE_MIN_N = 2 if mode == "sparse" else 10**9
-    config = ViewConfig()
+    ncut.SPARSE_MIN_N = 10**9 if mode == "dense" else 2
+    # dense / sparse: every pair compared; sampled: the default random partner design
+    config = ViewConfig() if mode == "sampled" else ViewConfig(ks_partners=None)
     t0 = time.perf_counter()
     with threadpool_limits(limits=1):
         views = [ks_view(s, v, config, random_state=i) for i, (s, v) in
@@ -107,7 +112,7 @@ def run_path(samples_path: Path, mode: str, workdir: Path, timeout: float) -> di
     return result
 
 
-def measure(n: int, run_dense: bool, timeout: float) -> list[dict]:
+def measure(n: int, run_dense: bool, timeout: float, paths=("sparse",)) -> list[dict]:
     """Both paths at one size; one row per (path, column)."""
     from adseg.metrics import ari
 
@@ -119,8 +124,8 @@ def measure(n: int, run_dense: bool, timeout: float) -> list[dict]:
         path = Path(tmp) / "samples.pkl"
         with open(path, "wb") as f:
             pickle.dump((win, cost), f)
-        results = {m: run_path(path, m, Path(tmp), timeout)
-                   for m in (("dense", "sparse") if run_dense else ("sparse",))}  # fmt: skip
+        modes = (("dense",) if run_dense else ()) + tuple(paths)
+        results = {m: run_path(path, m, Path(tmp), timeout) for m in modes}
     for mode, res in results.items():
         if res is None:
             rows.append({"N": n, "path": mode, "status": "failed or timed out"})
@@ -128,7 +133,7 @@ def measure(n: int, run_dense: bool, timeout: float) -> list[dict]:
         print(f"  {mode}: {res['seconds']:.1f} s, peak {res['peak_mib']:.0f} MiB", flush=True)
         cols = pd.DataFrame(res["columns"])
         for j, col in cols.iterrows():
-            other = results.get("dense" if mode == "sparse" else "sparse")
+            other = results.get("sparse" if mode != "sparse" else "dense")
             agree = np.nan
             if other is not None:
                 a, b = res["labels"][:, j], other["labels"][:, j]
@@ -191,11 +196,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="run the dense path up to this N (default 10,000)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per path")
     parser.add_argument("--output", default="ks_sparse")
+    parser.add_argument("--paths", nargs="+", default=["sparse"], choices=["sparse", "sampled"])
     args = parser.parse_args(argv)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
     for n in args.sizes:  # loop over marketplace sizes
-        rows += measure(n, n <= args.dense_max, args.timeout)
+        rows += measure(n, n <= args.dense_max, args.timeout, args.paths)
         frame = pd.DataFrame(rows)
         frame.to_csv(RESULTS / f"{args.output}.csv", index=False)
         command = recorded_command("ks_sparse.py", (argv or sys.argv[1:]))

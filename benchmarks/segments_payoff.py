@@ -54,12 +54,14 @@ SOURCES = (
 )
 
 
-def one_run(tmp: Path, family: str, market_seed: int, seed: int):
-    """One marketplace, one nightly: (rows per source and method, rows per band, run info)."""
-    folder = tmp / f"{family}{market_seed}"
-    db = tmp / f"{family}{market_seed}.db"
+def one_run(tmp: Path, family: str, market_seed: int, seed: int, size=None, **config):
+    """One marketplace, one nightly: (rows per source and method, rows per band, run info).
+    ``size``: advertisers (default: the family's); ``config``: NightlyConfig fields."""
+    name = f"{family}{market_seed}" + (f"_{size}" if size else "")
+    folder, db = tmp / name, tmp / f"{name}.db"
     if not db.exists():
-        market = simulate_marketplace(family_config(family, seed=market_seed))
+        fields = {"n_advertisers": size} if size else {}
+        market = simulate_marketplace(family_config(family, seed=market_seed, **fields))
         write_marketplace(market, folder)
         engine = make_engine(f"sqlite:///{db}")
         migrate.upgrade(engine)
@@ -67,12 +69,13 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
         engine.dispose()
     engine = make_engine(f"sqlite:///{db}")
     config = pipeline.NightlyConfig(
-        fusers=FUSERS, supply="actual", seed=seed, truth_path=str(folder / "truth.csv")
+        fusers=FUSERS, supply="actual", seed=seed, truth_path=str(folder / "truth.csv"), **config
     )
     t0 = time.perf_counter()
     result = run_nightly(engine, config=config)
     wall = time.perf_counter() - t0
-    model = store.get_run(engine, result.run_id)["parameters"]["resolved"]["model"]
+    run = store.get_run(engine, result.run_id)
+    model = run["parameters"]["resolved"]["model"]
     engine.dispose()
     rec = result.recommended_source
     mape = result.result.mape
@@ -85,6 +88,7 @@ def one_run(tmp: Path, family: str, market_seed: int, seed: int):
     info = dict(family=family, market_seed=market_seed, seed=seed, recommended=rec, wall_s=wall)
     info["k"], info["model_k"] = result.n_segments, model["k"]
     info["delivery_cap"] = model.get("delivery_cap")
+    info["views_s"] = (run.get("timings") or {}).get("views")
     keep = ["source", "method", "impressions_mape", "spend_mape", "n_segments", "ari"]
     return rows[keep].assign(**info), bands.assign(**info), info
 

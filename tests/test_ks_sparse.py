@@ -171,3 +171,81 @@ def test_ks_view_sparse_path_matches_the_dense_path(monkeypatch, marketplace):
     with pytest.warns(RuntimeWarning, match="no distance matrix"):
         kept = ks_view(win, "win_rate", ViewConfig(n_init=2, keep_distances=True), 0)
     assert kept.distances == {}
+
+
+def _pair_set(pairs):
+    i, j, _ = pairs
+    return set(zip(i.tolist(), j.tolist(), strict=True))
+
+
+def test_sampled_pairs_are_the_threshold_pairs_on_a_random_design():
+    """ks_sampled_pairs: every pair it returns is a pair of the exact threshold graph with the
+    exact distance (bit for bit), each pair once with i < j in (i, j) order; with n ≤ partners
+    + 1 it is ks_distance_pairs itself; each advertiser meets about ``partners`` others; the
+    design is seeded."""
+    from adseg.landscape import ks_distance_pairs
+    from adseg.views.ks import ks_sampled_pairs
+
+    rng = np.random.default_rng(3)
+    samples = [
+        np.round(rng.lognormal(0.2 * (k % 4), 1.0, rng.integers(5, 40)), 1) for k in range(600)
+    ]
+    limit = 1.63  # C_α at α = 0.01: most pairs of the same level are linked
+    exact = ks_distance_pairs(samples, limit)
+    full = ks_sampled_pairs(samples, limit, partners=599, random_state=0)
+    for a, b in zip(full, exact, strict=True):
+        np.testing.assert_array_equal(a, b)
+    dist = ks_distance_matrix(samples)
+    sampled = ks_sampled_pairs(samples, limit, partners=100, random_state=0)
+    i, j, d = sampled
+    assert (i < j).all() and np.all(np.diff(i.astype(np.int64) * 600 + j) > 0)
+    np.testing.assert_array_equal(d, dist[i, j])
+    assert (d <= limit).all() and _pair_set(sampled) <= _pair_set(exact)
+    # 50 draws each: about 100 partners; the linked share of the compared pairs is the exact
+    # graph's share (a uniform design: which pairs are compared does not depend on prices)
+    compared = 600 * (1 - (1 - 1 / 599) ** 100) * 599 / 2
+    share, exact_share = i.size / compared, exact[0].size / (600 * 599 / 2)
+    assert abs(share - exact_share) < 0.05
+    again = ks_sampled_pairs(samples, limit, partners=100, random_state=0)
+    other = ks_sampled_pairs(samples, limit, partners=100, random_state=1)
+    assert _pair_set(again) == _pair_set(sampled) != _pair_set(other)
+
+
+def test_sampled_pairs_cover_every_pair_evenly():
+    """Over many seeds, each pair is compared with about the same probability (the design is
+    uniform): with no threshold (every compared pair kept), pair counts over 200 designs of 60
+    items with 10 partners match partners / (n − 1) per pair within sampling noise."""
+    from adseg.views.ks import ks_sampled_pairs
+
+    samples = [np.arange(3.0) + k for k in range(60)]
+    counts = np.zeros((60, 60))
+    for seed in range(200):
+        i, j, _ = ks_sampled_pairs(samples, np.inf, partners=10, random_state=seed)
+        counts[i, j] += 1
+    upper = counts[np.triu_indices(60, 1)] / 200
+    # 5 draws from each end, each hitting a given other with probability 1/59
+    expected = 1 - (1 - 1 / 59) ** 10
+    assert abs(upper.mean() - expected) < 0.01
+    assert upper.std() < 0.05  # binomial(200, 0.16) / 200: std 0.026
+
+
+def test_ks_view_samples_pairs_above_ks_partners_and_records_it():
+    """A KS view of more advertisers than ks_partners + 1 is built on sampled graphs (the
+    columns say "sampled"); with ks_partners=None or below the size it is the exact view, the
+    same labels as before the option existed (dense path)."""
+    from adseg.views.ks import ks_view
+
+    rng = np.random.default_rng(5)
+    samples = [rng.lognormal(0.8 * (k % 3), 0.3, 30) for k in range(300)]
+    exact = ks_view(samples, "win_rate", ViewConfig(ks_partners=None), random_state=0)
+    big = ks_view(samples, "win_rate", ViewConfig(ks_partners=299), random_state=0)
+    sampled = ks_view(samples, "win_rate", ViewConfig(ks_partners=100), random_state=0)
+    np.testing.assert_array_equal(exact.labels, big.labels)
+    assert set(exact.columns["graph"]) == {"dense"} and set(sampled.columns["graph"]) == {"sampled"}
+    assert (sampled.columns["n_edges"] < exact.columns["n_edges"]).all()
+    from sklearn.metrics import adjusted_rand_score
+
+    truth = np.arange(300) % 3
+    for c in range(exact.labels.shape[1]):
+        assert adjusted_rand_score(truth, exact.labels[:, c]) == 1.0
+        assert adjusted_rand_score(truth, sampled.labels[:, c]) == 1.0

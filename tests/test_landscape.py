@@ -17,6 +17,7 @@ from adseg.landscape import (
     ecdf_values,
     ks_critical_value,
     ks_distance_matrix,
+    ks_distance_of_pairs,
     ks_statistic_matrix,
     sample_sizes,
     scale_statistics,
@@ -278,3 +279,39 @@ def test_column_blocks_are_as_wide_as_their_own_tables_allow():
     # unrounded prices: blocks about sqrt(budget / mean size) wide, not budget / all values
     widths = [j1 - j0 for j0, j1 in _column_blocks(sizes, int(sizes.sum()), 4e6, 10_000)]
     assert np.median(widths) > 4e6 / sizes.sum() * 5
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
+def test_distance_of_pairs_is_the_matrix_entry_bit_for_bit(chunk):
+    """ks_distance_of_pairs gives ks_distance_matrix's bits for any pairs (repeated, reversed,
+    i = j, empty samples → NaN), whatever the chunking; the statistic is scipy's."""
+    rng = np.random.default_rng(8)
+    samples = mixed_samples(rng, 50) + [np.empty(0)]
+    dense = ks_distance_matrix(samples)
+    i = rng.integers(0, 51, 3000)
+    j = rng.integers(0, 51, 3000)
+    got = ks_distance_of_pairs(samples, i, j, chunk_elements=chunk)
+    np.testing.assert_array_equal(got, dense[i, j])  # NaN where the matrix has NaN
+    sizes = sample_sizes(samples)
+    stat = ks_distance_of_pairs(samples[:50], i[:200] % 50, j[:200] % 50)
+    scaled = scipy_matrix(samples[:50])[i[:200] % 50, j[:200] % 50]
+    m_i, m_j = sizes[i[:200] % 50], sizes[j[:200] % 50]
+    np.testing.assert_allclose(stat, scaled * np.sqrt(m_i * m_j / (m_i + m_j)), rtol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(samples=sample_lists, seed=st.integers(0, 2**16))
+def test_property_distance_of_pairs(samples, seed):
+    rng = np.random.default_rng(seed)
+    n = len(samples)
+    i, j = rng.integers(0, n, 30), rng.integers(0, n, 30)
+    np.testing.assert_array_equal(
+        ks_distance_of_pairs(samples, i, j), ks_distance_matrix(samples)[i, j]
+    )
+
+
+def test_distance_of_pairs_bad_indices():
+    with pytest.raises(ValueError, match=r"indices in \[0, 2\)"):
+        ks_distance_of_pairs([[1.0], [2.0]], [0, 2], [1, 1])
+    with pytest.raises(ValueError, match="equal-length"):
+        ks_distance_of_pairs([[1.0], [2.0]], [0, 1], [1])

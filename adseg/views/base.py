@@ -48,6 +48,11 @@ class ViewConfig:
     text_components : LSA dimensions before k-means (None = k-means on the raw TF-IDF rows).
     text_min_df, text_max_features, text_stop_words : TfidfVectorizer settings.
     ks_memory_mb : block-table budget of the KS computation (adseg.landscape).
+    ks_partners : with more advertisers than ks_partners + 1, each KS view compares every
+        advertiser with about this many others drawn at random (``views.ks.ks_sampled_pairs``)
+        instead of with all of them, so its cost and graph grow as n · ks_partners, not n²;
+        None = compare all pairs at every size. Below the size, the views are exactly as with
+        None. Evidence for the default: docs/algorithms/ks.md.
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
     blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
         the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS
@@ -68,6 +73,7 @@ class ViewConfig:
     text_max_features: int | None = 50_000
     text_stop_words: str | None = "english"
     ks_memory_mb: float = 256.0
+    ks_partners: int | None = 2000
     keep_distances: bool = False
     blas_threads: int | None = 1
 
@@ -101,6 +107,8 @@ class ViewConfig:
         if self.blas_threads is not None:
             check_integer("ViewConfig.blas_threads", self.blas_threads, 1)
         check_real("ViewConfig.ks_memory_mb", self.ks_memory_mb)
+        if self.ks_partners is not None:
+            check_integer("ViewConfig.ks_partners", self.ks_partners, 1)
 
 
 def _sequence(name: str, value) -> tuple:
@@ -121,7 +129,7 @@ class BaseClusterings:
         n_excluded (-1 count), seconds (wall time; a KS view's distance time is shared out
         evenly over its α columns), then alpha, k, critical_value, n_edges (linked pairs i < j),
         n_components and n_isolated (graph components / nodes linked to nobody), ks_seconds,
-        graph ("dense" or "sparse": how the KS graph was built and cut, see ks_view).
+        graph ("dense", "sparse" or "sampled": how the KS graph was built and cut, see ks_view).
     distances : view → (n_v × n_v scaled KS distances, indices of the n_v advertisers), only when
         ``ViewConfig.keep_distances`` and the view took the dense path.
     """

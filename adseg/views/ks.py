@@ -18,14 +18,19 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from adseg.landscape import ks_critical_value, ks_distance_matrix, ks_distance_pairs
+from adseg.landscape import (
+    ks_critical_value,
+    ks_distance_matrix,
+    ks_distance_of_pairs,
+    ks_distance_pairs,
+)
 from adseg.views import ncut
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
 from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
 
-__all__ = ["ks_graph", "ks_sparse_graphs", "ks_view"]
+__all__ = ["ks_graph", "ks_sampled_pairs", "ks_sparse_graphs", "ks_view"]
 
 
 def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
@@ -41,7 +46,13 @@ def ks_graph(distances: np.ndarray, alpha: float) -> np.ndarray:
 
 
 def ks_sparse_graphs(
-    samples: Sequence, alphas: Sequence[float], *, block_mb: float = 64.0, memory_mb: float = 256.0
+    samples: Sequence,
+    alphas: Sequence[float],
+    *,
+    block_mb: float = 64.0,
+    memory_mb: float = 256.0,
+    partners: int | None = None,
+    random_state=None,
 ) -> Iterator[sp.csr_matrix]:
     """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α, as sparse matrices.
 
@@ -49,15 +60,67 @@ def ks_sparse_graphs(
     this call, finds every pair any graph links; each α keeps those under its own C_α. Returns an
     iterator of one (n, n) float64 CSR per α, in order, each built when asked for: symmetric, 1
     on the diagonal (every node, as ``ks_graph``) and at each linked pair, no explicit zeros:
-    ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry.
-    Cost: that of the dense distance matrix. Memory: about 2.2 ``block_mb`` for a row block, 16
+    ``ks_graph(ks_distance_matrix(samples), α)`` entry for entry. With ``partners`` (and more
+    than ``partners + 1`` samples), only the pairs of ``ks_sampled_pairs`` are compared: each
+    graph is then the threshold graph restricted to those pairs, the same on them.
+    Cost: that of the dense distance matrix (with ``partners``: about partners / n of it).
+    Memory: about 2.2 ``block_mb`` for a row block, 16
     bytes per pair under the largest C_α, held until the last graph is built, and per graph 12
     bytes per nonzero (plus 16 while it is assembled).
     """
     samples = list(samples)
     limits = [ks_critical_value(a) for a in alphas]
-    pairs = ks_distance_pairs(samples, max(limits), block_mb=block_mb, memory_mb=memory_mb)
+    kw = dict(block_mb=block_mb, memory_mb=memory_mb)
+    if partners is None or len(samples) <= partners + 1:
+        pairs = ks_distance_pairs(samples, max(limits), **kw)
+    else:
+        pairs = ks_sampled_pairs(samples, max(limits), partners, random_state=random_state, **kw)
     return _graphs_from_pairs(pairs, limits, len(samples))
+
+
+def ks_sampled_pairs(
+    samples: Sequence,
+    max_distance: float,
+    partners: int,
+    *,
+    random_state=None,
+    block_mb: float = 64.0,
+    memory_mb: float = 256.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs with scaled KS distance ≤ ``max_distance`` among about ``partners`` random
+    partners of each sample: a uniform random comparison design, not all n(n − 1)/2 pairs.
+
+    Each sample draws partners / 2 others uniformly at random (with replacement, itself
+    excluded); a pair drawn from either end is compared once, exactly
+    (``adseg.landscape.ks_distance_of_pairs``: the bits of the dense matrix). Every pair is
+    compared independently of the prices with the same probability, about partners / (n − 1),
+    so the graph is a uniformly thinned threshold graph: its expectation is the threshold graph
+    times that factor, with the same block (segment) structure and smaller degrees.
+    With n ≤ partners + 1 every pair is compared: exactly ``ks_distance_pairs``.
+
+    Returns (i, j, dist) as ``ks_distance_pairs``: i < j, each pair once, sorted by (i, j).
+    Cost: about n · partners / 2 pair comparisons of Σ (|U_i| + |U_j|) binary searches each.
+    Memory: 8 bytes per drawn pair (n · partners / 2) plus 16 per kept pair.
+    """
+    samples = list(samples)
+    n = len(samples)
+    if isinstance(partners, bool) or not isinstance(partners, (int, np.integer)) or partners < 1:
+        raise ValueError(f"partners must be a positive integer; got {partners!r}.")
+    if n <= partners + 1:
+        return ks_distance_pairs(samples, max_distance, block_mb=block_mb, memory_mb=memory_mb)
+    rng = check_random_state(random_state)
+    draws = max(1, partners // 2)
+    a = np.repeat(np.arange(n, dtype=np.int64), draws)
+    b = rng.randint(0, n - 1, size=a.size).astype(np.int64)
+    b += b >= a  # uniform over the others
+    key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
+    del a, b
+    i, j = key // n, key % n
+    dist = ks_distance_of_pairs(samples, i, j)
+    with np.errstate(invalid="ignore"):
+        kept = dist <= max_distance
+    index = np.int32 if n < 2**31 else np.int64
+    return i[kept].astype(index), j[kept].astype(index), dist[kept]
 
 
 def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
@@ -101,7 +164,8 @@ def ks_view(
         )
         return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
     t0 = time.perf_counter()
-    dist, graphs = _distances_or_graphs([samples[i] for i in keep], config)
+    design_seed = int(rng.randint(0, 2**31 - 1))  # drawn after the columns' seeds: those stay
+    dist, graphs = _distances_or_graphs([samples[i] for i in keep], config, design_seed)
     ks_seconds = time.perf_counter() - t0
     # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
@@ -147,27 +211,44 @@ def ks_view(
                 "n_components": model.n_components_,
                 "n_isolated": model.n_isolated_,
                 "ks_seconds": ks_seconds,
-                "graph": "dense" if graphs is None else "sparse",
+                "graph": _graph_kind(graphs is None, keep.size, config.ks_partners),
             }
         )
     distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
 
 
+def _graph_kind(dense: bool, n: int, partners: int | None) -> str:
+    """How a view's graphs were built: "dense", "sparse" (every pair compared) or "sampled"
+    (``partners`` random partners each)."""
+    if dense:
+        return "dense"
+    return "sampled" if partners is not None and n > partners + 1 else "sparse"
+
+
 def _distances_or_graphs(
-    samples: list, config: ViewConfig
+    samples: list, config: ViewConfig, design_seed: int
 ) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None]:
-    """(distances, None) below ncut.SPARSE_MIN_N advertisers: the dense (n, n) matrix, as ever;
-    (None, graphs) from it on: the CSR graph of each α, one at a time (ks_sparse_graphs), no n×n
-    array. On the
-    sparse path ``keep_distances`` keeps nothing (a warning says so)."""
-    if len(samples) < ncut.SPARSE_MIN_N:
+    """(distances, None) below ncut.SPARSE_MIN_N advertisers when every pair is compared: the
+    dense (n, n) matrix, as ever; else (None, graphs): the CSR graph of each α, one at a time
+    (ks_sparse_graphs, on ``config.ks_partners`` random partners when n > ks_partners + 1),
+    no n×n array. On the sparse path ``keep_distances`` keeps nothing (a warning says so)."""
+    n, partners = len(samples), config.ks_partners
+    sampled = partners is not None and n > partners + 1
+    if n < ncut.SPARSE_MIN_N and not sampled:
         return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None
     if config.keep_distances:
         warnings.warn(
-            f"keep_distances: {len(samples)} advertisers ≥ {ncut.SPARSE_MIN_N} are cut on sparse"
-            " graphs; no distance matrix is kept.",
+            f"keep_distances: the KS graphs of {n} advertisers are built sparse; no distance"
+            " matrix is kept.",
             RuntimeWarning,
             stacklevel=3,
         )
-    return None, ks_sparse_graphs(samples, config.alphas, memory_mb=config.ks_memory_mb)
+    graphs = ks_sparse_graphs(
+        samples,
+        config.alphas,
+        memory_mb=config.ks_memory_mb,
+        partners=partners if sampled else None,
+        random_state=design_seed,
+    )
+    return None, graphs
