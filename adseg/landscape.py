@@ -26,6 +26,7 @@ __all__ = [
     "ks_distance_matrix",
     "ks_distance_of_pairs",
     "ks_distance_pairs",
+    "ks_pairs_within",
     "ks_statistic_matrix",
     "sample_sizes",
 ]
@@ -232,8 +233,12 @@ def ks_distance_of_pairs(
     n = data.sizes.size
     if i.shape != j.shape or (i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n)):
         raise ValueError(f"i and j must be equal-length arrays of indices in [0, {n}).")
-    table = _PairTable(data)
-    chunk = int(chunk_elements)
+    return _distances(_PairTable(data), i, j, int(chunk_elements))
+
+
+def _distances(table, i: np.ndarray, j: np.ndarray, chunk: int) -> np.ndarray:
+    """Scaled KS distances of the pairs (i, j) from the counting table (ks_distance_of_pairs)."""
+    data = table.data
     h = np.maximum(table.directed(i, j, chunk), table.directed(j, i, chunk))
     m_i, m_j = data.sizes[i], data.sizes[j]
     g = np.maximum(np.gcd(m_i, m_j), 1)
@@ -243,6 +248,42 @@ def ks_distance_of_pairs(
         dist = stat * np.sqrt(mf_i * mf_j / (mf_i + mf_j))
     dist[(m_i == 0) | (m_j == 0)] = np.nan
     return dist
+
+
+def ks_pairs_within(
+    samples: Sequence, i, j, max_distance: float, *, grid_points: int = 64
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The given pairs whose scaled KS distance is ≤ ``max_distance``, with that distance:
+    ``ks_distance_of_pairs`` on the pairs a cheap exact bound cannot rule out.
+
+    The screen: on a grid Q of ``grid_points`` quantiles of the pooled values, D_ij ≥
+    max_{q∈Q} |F_i(q) − F_j(q)| (a lower bound, exact for any Q), so a pair whose scaled bound
+    exceeds ``max_distance`` (less a 1e-9 margin) is dropped unseen; every other pair is
+    computed exactly. No pair within ``max_distance`` is missed.
+
+    i, j : (k,) integer arrays of sample indices. Returns (i, j, dist) of the kept pairs, in the
+    given order. Cost: k · grid_points for the screen, plus ``ks_distance_of_pairs`` on the
+    survivors; memory: an (n, grid_points) float64 table and the chunk temporaries.
+    """
+    data = _Pooled.from_samples(samples, on_empty="nan")
+    i, j = (np.asarray(a, dtype=np.int64).ravel() for a in (i, j))
+    table = _PairTable(data)
+    grid = table.grid(int(grid_points))
+    m = data.sizes.astype(np.float64)
+    survivors = []
+    step = max(1, (1 << 22) // max(grid.shape[1], 1))
+    for p0 in range(0, i.size, step):  # loop over chunks of pairs
+        a, b = i[p0 : p0 + step], j[p0 : p0 + step]
+        bound = np.abs(grid[a] - grid[b]).max(axis=1)
+        m_a, m_b = m[a], m[b]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            bound *= np.sqrt(m_a * m_b / (m_a + m_b))
+            survivors.append(p0 + np.flatnonzero(~(bound > max_distance + 1e-9)))
+    keep = np.concatenate(survivors) if survivors else np.empty(0, dtype=np.int64)
+    dist = _distances(table, i[keep], j[keep], _DEFAULT_CHUNK)
+    with np.errstate(invalid="ignore"):
+        within = dist <= max_distance
+    return i[keep][within], j[keep][within], dist[within]
 
 
 class _PairTable:
@@ -257,6 +298,21 @@ class _PairTable:
         self.p_rank = np.searchsorted(distinct, data.p_vals).astype(np.int64)
         self.p_count = np.rint(data.p_f * data.sizes[data.p_ids]).astype(np.int64)
         self.p_start = np.searchsorted(data.p_ids, np.arange(data.sizes.size + 1))
+        self.distinct = distinct
+
+    def grid(self, points: int) -> np.ndarray:
+        """(n, q) float64 F_i at q ≤ ``points`` pooled sample values (quantiles of all samples
+        together), the same points for every sample."""
+        data, n = self.data, self.data.sizes.size
+        if data.values.size == 0:
+            return np.zeros((n, 0))
+        levels = np.linspace(0, 1, max(points, 1))
+        q = np.unique(np.quantile(data.values, levels, method="inverted_cdf"))
+        rank = np.searchsorted(self.distinct, q)
+        keys = np.arange(n, dtype=np.int64)[:, None] * self.width + rank[None, :]
+        below = np.searchsorted(self.keys, keys, "right") - data.offsets[:-1, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return below / data.sizes[:, None].astype(np.float64)
 
     def directed(self, a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
         """max(0, max over the distinct values x of sample a[p] of c_a(x) m_b − c_b(x) m_a),

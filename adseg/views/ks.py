@@ -21,8 +21,8 @@ from sklearn.utils import check_random_state
 from adseg.landscape import (
     ks_critical_value,
     ks_distance_matrix,
-    ks_distance_of_pairs,
     ks_distance_pairs,
+    ks_pairs_within,
 )
 from adseg.views import ncut
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
@@ -92,14 +92,16 @@ def ks_sampled_pairs(
 
     Each sample draws partners / 2 others uniformly at random (with replacement, itself
     excluded); a pair drawn from either end is compared once, exactly
-    (``adseg.landscape.ks_distance_of_pairs``: the bits of the dense matrix). Every pair is
-    compared independently of the prices with the same probability, about partners / (n − 1),
-    so the graph is a uniformly thinned threshold graph: its expectation is the threshold graph
-    times that factor, with the same block (segment) structure and smaller degrees.
+    (``adseg.landscape.ks_pairs_within``: the dense matrix's bits, after an exact screen).
+    Every pair is compared, independently of the prices, with the same probability, about
+    partners / (n − 1), so the graph is a uniformly thinned threshold graph: its expectation is
+    the threshold graph times that factor, the same block (segment) structure with smaller
+    degrees.
     With n ≤ partners + 1 every pair is compared: exactly ``ks_distance_pairs``.
 
     Returns (i, j, dist) as ``ks_distance_pairs``: i < j, each pair once, sorted by (i, j).
-    Cost: about n · partners / 2 pair comparisons of Σ (|U_i| + |U_j|) binary searches each.
+    Cost: about n · partners / 2 pair comparisons: a 64-point screen each, then Σ (|U_i| +
+    |U_j|) binary searches for the pairs it cannot rule out.
     Memory: 8 bytes per drawn pair (n · partners / 2) plus 16 per kept pair.
     """
     samples = list(samples)
@@ -115,12 +117,9 @@ def ks_sampled_pairs(
     b += b >= a  # uniform over the others
     key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
     del a, b
-    i, j = key // n, key % n
-    dist = ks_distance_of_pairs(samples, i, j)
-    with np.errstate(invalid="ignore"):
-        kept = dist <= max_distance
+    i, j, dist = ks_pairs_within(samples, key // n, key % n, max_distance)
     index = np.int32 if n < 2**31 else np.int64
-    return i[kept].astype(index), j[kept].astype(index), dist[kept]
+    return i.astype(index), j.astype(index), dist
 
 
 def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
