@@ -251,39 +251,69 @@ def _distances(table, i: np.ndarray, j: np.ndarray, chunk: int) -> np.ndarray:
 
 
 def ks_pairs_within(
-    samples: Sequence, i, j, max_distance: float, *, grid_points: int = 64
+    samples: Sequence,
+    i,
+    j,
+    max_distance: float,
+    *,
+    settle_below: float | None = None,
+    grid_points: int = 64,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The given pairs whose scaled KS distance is ≤ ``max_distance``, with that distance:
-    ``ks_distance_of_pairs`` on the pairs a cheap exact bound cannot rule out.
+    ``ks_distance_of_pairs`` on the pairs that exact bounds cannot settle.
 
-    The screen: on a grid Q of ``grid_points`` quantiles of the pooled values, D_ij ≥
-    max_{q∈Q} |F_i(q) − F_j(q)| (a lower bound, exact for any Q), so a pair whose scaled bound
-    exceeds ``max_distance`` (less a 1e-9 margin) is dropped unseen; every other pair is
-    computed exactly. No pair within ``max_distance`` is missed.
+    The bounds: on a grid Q = q_1 < … < q_G of ``grid_points`` pooled sample values, every
+    F is known at Q and monotone between, so max_g |F_i(q_g) − F_j(q_g)| ≤ D_ij ≤
+    max_g max(F_i(q_{g+1}) − F_j(q_g), F_j(q_{g+1}) − F_i(q_g)). A pair whose scaled lower
+    bound exceeds ``max_distance`` is dropped unseen (none within it is missed). With
+    ``settle_below``, a pair whose scaled upper bound is ≤ it is kept with that bound as its
+    distance, not computed: the caller only asks which side of limits ≥ ``settle_below`` it is
+    on, and the bound answers that exactly. Every other pair is counted exactly.
 
     i, j : (k,) integer arrays of sample indices. Returns (i, j, dist) of the kept pairs, in the
-    given order. Cost: k · grid_points for the screen, plus ``ks_distance_of_pairs`` on the
-    survivors; memory: an (n, grid_points) float64 table and the chunk temporaries.
+    given order; dist is exact except for settled pairs (an upper bound ≤ ``settle_below``).
+    Cost: about 5 k · grid_points operations for the bounds, plus ``ks_distance_of_pairs``
+    on the unsettled survivors; memory: an (n, grid_points) float64 table and chunks.
     """
     data = _Pooled.from_samples(samples, on_empty="nan")
     i, j = (np.asarray(a, dtype=np.int64).ravel() for a in (i, j))
     table = _PairTable(data)
     grid = table.grid(int(grid_points))
     m = data.sizes.astype(np.float64)
-    survivors = []
-    step = max(1, (1 << 22) // max(grid.shape[1], 1))
+    settle = -np.inf if settle_below is None else float(settle_below)
+    exact, settled, bounds = [], [], []
+    step = max(1, (1 << 21) // max(grid.shape[1], 1))
     for p0 in range(0, i.size, step):  # loop over chunks of pairs
         a, b = i[p0 : p0 + step], j[p0 : p0 + step]
-        bound = np.abs(grid[a] - grid[b]).max(axis=1)
-        m_a, m_b = m[a], m[b]
+        low, high = _grid_bounds(grid[a], grid[b])
         with np.errstate(invalid="ignore", divide="ignore"):
-            bound *= np.sqrt(m_a * m_b / (m_a + m_b))
-            survivors.append(p0 + np.flatnonzero(~(bound > max_distance + 1e-9)))
-    keep = np.concatenate(survivors) if survivors else np.empty(0, dtype=np.int64)
-    dist = _distances(table, i[keep], j[keep], _DEFAULT_CHUNK)
+            scale = np.sqrt(m[a] * m[b] / (m[a] + m[b]))
+            low, high = low * scale, high * scale + 1e-9  # margins for the rounding
+            done = high <= settle
+            exact.append(p0 + np.flatnonzero(~(low > max_distance + 1e-9) & ~done))
+        settled.append(p0 + np.flatnonzero(done))
+        bounds.append(high[done])
+    todo = np.concatenate(exact) if exact else np.empty(0, dtype=np.int64)
+    dist = _distances(table, i[todo], j[todo], _DEFAULT_CHUNK)
     with np.errstate(invalid="ignore"):
-        within = dist <= max_distance
-    return i[keep][within], j[keep][within], dist[within]
+        todo, dist = todo[dist <= max_distance], dist[dist <= max_distance]
+    keep = np.concatenate([todo, *settled])
+    values = np.concatenate([dist, *bounds])
+    order = np.argsort(keep, kind="stable")
+    return i[keep[order]], j[keep[order]], values[order]
+
+
+def _grid_bounds(fa: np.ndarray, fb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds on sup |F_a − F_b| from both c.d.f.s on a common grid, (c, G)
+    each (ks_pairs_within). Returns two (c,) arrays."""
+    if fa.shape[1] == 0:
+        return np.zeros(fa.shape[0]), np.ones(fa.shape[0])
+    low = np.abs(fa - fb).max(axis=1)
+    high = np.maximum((fa[:, 1:] - fb[:, :-1]).max(axis=1, initial=0.0), low)
+    np.maximum(high, (fb[:, 1:] - fa[:, :-1]).max(axis=1, initial=0.0), out=high)
+    # nothing outside [q_1, q_G]: the grid holds the pooled minimum (below it every F is 0)
+    # and maximum (from it on every F is 1)
+    return low, high
 
 
 class _PairTable:
@@ -302,7 +332,7 @@ class _PairTable:
 
     def grid(self, points: int) -> np.ndarray:
         """(n, q) float64 F_i at q ≤ ``points`` pooled sample values (quantiles of all samples
-        together), the same points for every sample."""
+        together, the smallest and the largest among them), the same points for every sample."""
         data, n = self.data, self.data.sizes.size
         if data.values.size == 0:
             return np.zeros((n, 0))

@@ -106,7 +106,7 @@ class NightlyConfig:
     min_samples: int = 20
     # KS views: random partners per advertiser above this size (ViewConfig.ks_partners); None:
     # every pair compared at any size
-    ks_partners: int | None = 2000
+    ks_partners: int | None = 1000
     truth_path: str | None = None
     blas_threads: int | None = 1
     n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))

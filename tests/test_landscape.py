@@ -18,6 +18,7 @@ from adseg.landscape import (
     ks_critical_value,
     ks_distance_matrix,
     ks_distance_of_pairs,
+    ks_pairs_within,
     ks_statistic_matrix,
     sample_sizes,
     scale_statistics,
@@ -315,3 +316,41 @@ def test_distance_of_pairs_bad_indices():
         ks_distance_of_pairs([[1.0], [2.0]], [0, 2], [1, 1])
     with pytest.raises(ValueError, match="equal-length"):
         ks_distance_of_pairs([[1.0], [2.0]], [0, 1], [1])
+
+
+@pytest.mark.parametrize("settle", [0.9, 1.22])
+def test_pairs_within_settled_pairs_are_on_the_right_side(settle):
+    """With settle_below, a pair is returned with its exact distance or with an upper bound ≤
+    settle_below that is ≥ the exact distance: every limit ≥ settle_below keeps exactly the
+    pairs the exact distances keep."""
+    rng = np.random.default_rng(13)
+    samples = mixed_samples(rng, 80)
+    dense = ks_distance_matrix(samples)
+    i, j = rng.integers(0, 80, 4000), rng.integers(0, 80, 4000)
+    a, b, d = ks_pairs_within(samples, i, j, 1.63, settle_below=settle, grid_points=16)
+    inside = dense[i, j] <= 1.63
+    np.testing.assert_array_equal(a, i[inside])
+    np.testing.assert_array_equal(b, j[inside])
+    exact = dense[a, b]
+    bounded = d != exact
+    assert bounded.any() and (d[bounded] <= settle).all() and (d[bounded] >= exact[bounded]).all()
+    for limit in (settle, 1.36, 1.63):
+        np.testing.assert_array_equal(d <= limit, exact <= limit)
+
+
+@pytest.mark.parametrize("limit", [0.0, 0.5, 1.22, 1.63, np.inf])
+def test_pairs_within_misses_no_pair(limit):
+    """ks_pairs_within keeps exactly the pairs with dist ≤ limit, in the given order, with the
+    dense matrix's distances: its grid screen never drops a pair within the limit (a coarse
+    grid of 3 points makes the screen weak, 256 makes it strong; the result is the same)."""
+    rng = np.random.default_rng(12)
+    samples = mixed_samples(rng, 80) + [np.empty(0)]
+    dense = ks_distance_matrix(samples)
+    i, j = rng.integers(0, 81, 4000), rng.integers(0, 81, 4000)
+    with np.errstate(invalid="ignore"):
+        inside = dense[i, j] <= limit
+    for points in (3, 64, 256):
+        a, b, d = ks_pairs_within(samples, i, j, limit, grid_points=points)
+        np.testing.assert_array_equal(a, i[inside])
+        np.testing.assert_array_equal(b, j[inside])
+        np.testing.assert_array_equal(d, dense[i, j][inside])

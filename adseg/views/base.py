@@ -73,7 +73,7 @@ class ViewConfig:
     text_max_features: int | None = 50_000
     text_stop_words: str | None = "english"
     ks_memory_mb: float = 256.0
-    ks_partners: int | None = 2000
+    ks_partners: int | None = 1000
     keep_distances: bool = False
     blas_threads: int | None = 1
 

@@ -74,7 +74,9 @@ def ks_sparse_graphs(
     if partners is None or len(samples) <= partners + 1:
         pairs = ks_distance_pairs(samples, max(limits), **kw)
     else:
-        pairs = ks_sampled_pairs(samples, max(limits), partners, random_state=random_state, **kw)
+        pairs = ks_sampled_pairs(
+            samples, max(limits), partners, settle_below=min(limits), random_state=random_state
+        )
     return _graphs_from_pairs(pairs, limits, len(samples))
 
 
@@ -83,6 +85,7 @@ def ks_sampled_pairs(
     max_distance: float,
     partners: int,
     *,
+    settle_below: float | None = None,
     random_state=None,
     block_mb: float = 64.0,
     memory_mb: float = 256.0,
@@ -99,7 +102,9 @@ def ks_sampled_pairs(
     degrees.
     With n ≤ partners + 1 every pair is compared: exactly ``ks_distance_pairs``.
 
-    Returns (i, j, dist) as ``ks_distance_pairs``: i < j, each pair once, sorted by (i, j).
+    Returns (i, j, dist) as ``ks_distance_pairs``: i < j, each pair once, sorted by (i, j);
+    with ``settle_below``, a pair whose exact upper bound is ≤ it carries that bound instead of
+    its distance (``ks_pairs_within``): right for every limit ≥ ``settle_below``.
     Cost: about n · partners / 2 pair comparisons: a 64-point screen each, then Σ (|U_i| +
     |U_j|) binary searches for the pairs it cannot rule out.
     Memory: 8 bytes per drawn pair (n · partners / 2) plus 16 per kept pair.
@@ -117,7 +122,9 @@ def ks_sampled_pairs(
     b += b >= a  # uniform over the others
     key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
     del a, b
-    i, j, dist = ks_pairs_within(samples, key // n, key % n, max_distance)
+    i, j, dist = ks_pairs_within(
+        samples, key // n, key % n, max_distance, settle_below=settle_below
+    )
     index = np.int32 if n < 2**31 else np.int64
     return i.astype(index), j.astype(index), dist
 
