@@ -67,10 +67,10 @@ class L2CC(BaseFuser):
     sparse_ : bool, whether n > ``max_dense`` made the fit use the sparse factor.
 
     Cost (n > max_dense): O(n m Σk) for the Gram matrix, O(Σk³) for its eigh, memory
-    O(n m + Σk² + n K). Cost (dense): O(n² m̄) to build M̃ plus a partial symmetric eigensolver (LAPACK subset for n ≤ 2,000,
-    Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n) and, for n ≤ 2,000, LAPACK's
-    work copy of it (about 2.0 n×n at the peak for n ≤ 2,000, 1.06 above); with missing labels
-    co_association briefly holds one more (2.3).
+    O(n m + Σk² + n K). Cost (dense): O(n² m̄) to build M̃ plus a partial symmetric eigensolver
+    (LAPACK subset for n ≤ 2,000, Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n)
+    and, for n ≤ 2,000, LAPACK's work copy of it (about 2.0 n×n at the peak for n ≤ 2,000, 1.06
+    above); with missing labels co_association briefly holds one more (2.3).
     """
 
     def __init__(

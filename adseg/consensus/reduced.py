@@ -119,7 +119,9 @@ def micro_cell_problem(
     used, of_cell = np.unique(found, return_inverse=True)  # drop empty centres
     G = used.size
     counts = np.bincount(of_cell, weights=sizes, minlength=G)
-    agg = sp.csr_matrix((sizes.astype(np.float64), (of_cell, np.arange(rows.shape[0]))), (G, len(rows)))
+    agg = sp.csr_matrix(
+        (sizes.astype(np.float64), (of_cell, np.arange(rows.shape[0]))), (G, len(rows))
+    )
     means = (agg @ Z).toarray() / counts[:, None]  # (G, Σk) mean row of Z per micro-cluster
     M = means @ means.T
     return of_cell[cell].astype(np.int64), counts.astype(np.int64), M
