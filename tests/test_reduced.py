@@ -165,3 +165,24 @@ def test_max_cells_must_exceed_the_clusters():
         RCC(3, max_cells=3).fit(labels)
     with pytest.raises(TypeError, match="max_dense"):
         L2CC(3, max_dense=2.5).fit(labels)
+
+
+def test_auto_merges_once_and_keeps_what_each_form_would_give_alone(monkeypatch):
+    """normalize="auto" fits two forms on the same micro-clusters: merged once, and the kept
+    form's fit is the one that form gives alone."""
+    import adseg.consensus.rcc as rcc_module
+
+    calls = []
+    merge = rcc_module.micro_cell_problem
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return merge(*args, **kwargs)
+
+    monkeypatch.setattr(rcc_module, "micro_cell_problem", counted)
+    labels, _ = _planted(400, 4, 8, 0.3, 9)
+    auto = RCC(4, max_cells=50, random_state=1).fit(labels)
+    assert len(calls) == 1 and auto.reduced_
+    alone = RCC(4, normalize=auto.normalize_, max_cells=50, random_state=1).fit(labels)
+    np.testing.assert_array_equal(auto.labels_, alone.labels_)
+    np.testing.assert_array_equal(auto.embedding_, alone.embedding_)

@@ -367,7 +367,10 @@ class RCC(BaseFuser):
         self.normalize_ = form
         K = self.n_clusters
         rng = self._rng
-        cell, sizes, M, n_cells = _cell_problem(labels, self.weights, form, K, self.max_cells, rng)
+        cache = getattr(self, "_micro_cache", None)
+        cell, sizes, M, n_cells = _cell_problem(
+            labels, self.weights, form, K, self.max_cells, rng, cache
+        )
         g = M.shape[0]
         reduced = bool((sizes > 1).any())
         symmetric_part(M, out=M)  # the degree scaling is not bit-for-bit symmetric
@@ -422,9 +425,10 @@ class RCC(BaseFuser):
         """``normalize="auto"``: fit True and "l1" (each as it would run alone), keep the one
         whose labels have the higher ANMI with ``labels`` (ties: True); only the kept fit's
         warnings reach the caller (the other's ConvergenceWarning says nothing about the result)."""
-        fits, caught, scores = {}, {}, {}
+        fits, caught, scores, cache = {}, {}, {}, {}
         for form in (True, "l1"):
             fit = RCC(**{**self.get_params(), "normalize": form})
+            fit._micro_cache = cache  # the same micro-clusters for both forms, merged once
             with warnings.catch_warnings(record=True) as caught[form]:
                 warnings.simplefilter("always")
                 fit.fit(labels)
@@ -611,6 +615,7 @@ def _cell_problem(
     n_clusters: int,
     max_cells: int | None = None,
     rng: np.random.RandomState | None = None,
+    cache: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The fused matrix on the g cells of identical label rows: (cell (n,), sizes (g,), M̃_g
     (g×g), g).
@@ -620,8 +625,9 @@ def _cell_problem(
     item when g ≤ n_clusters (K consensus eigenvectors need more than K cells). When g exceeds
     ``max_cells``, the cells are merged into at most ``max_cells`` micro-clusters (seeded from
     ``rng``) and M̃_g is their pair-averaged co-association (reduced.micro_cell_problem); the
-    degree normalisation below treats them as cells. Cost O(n m log n) for the grouping plus one
-    g×g co-association (G×G when reduced).
+    degree normalisation below treats them as cells. ``cache`` (a dict shared by the two fits of
+    ``normalize="auto"``, whose seeds are equal) keeps the merge for the other form.
+    Cost O(n m log n) for the grouping plus one g×g co-association (G×G when reduced).
     """
     if weights is not None:  # a clustering of weight 0 changes no entry: it must not split cells
         weights = check_weights(weights, labels.shape[1])
@@ -630,7 +636,13 @@ def _cell_problem(
     g = rows.shape[0]
     if max_cells is not None and g > max_cells:
         seed = int(rng.randint(0, 2**31 - 1))
-        cell, sizes, M = micro_cell_problem(rows, cell, sizes, weights, max_cells, seed)
+        if cache is not None and seed in cache:  # normalize="auto": the other form's merge
+            cell, sizes, M = cache[seed]
+            M = M.copy()
+        else:
+            cell, sizes, M = micro_cell_problem(rows, cell, sizes, weights, max_cells, seed)
+            if cache is not None:
+                cache[seed] = (cell, sizes, M.copy())
     else:
         if g <= n_clusters:
             rows, cell = labels, np.arange(labels.shape[0])
