@@ -640,7 +640,9 @@ def _cell_problem(
             cell, sizes, M = cache[seed]
             M = M.copy()
         else:
-            cell, sizes, M = micro_cell_problem(rows, cell, sizes, weights, max_cells, seed)
+            cell, sizes, M = micro_cell_problem(
+                rows, cell, sizes, weights, max_cells, seed, n_clusters
+            )
             if cache is not None:
                 cache[seed] = (cell, sizes, M.copy())
     else:

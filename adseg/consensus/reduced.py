@@ -23,6 +23,7 @@ from adseg.spectral import fix_signs
 
 __all__ = ["co_association_factor", "factor_top_eigenpairs", "micro_cell_problem"]
 
+_MERGE_DIMS = 64  # dimensions of the micro-clustering's projection (at least; 2K when larger)
 _GRAM_MAX = 4000  # Σk up to this: eigh of the dense Σk × Σk Gram matrix (128 MB); above: Lanczos
 
 
@@ -85,6 +86,19 @@ def factor_top_eigenpairs(
     return vals[order], fix_signs(U[:, order])
 
 
+def _leading_projection(Z: sp.csr_matrix, d: int) -> np.ndarray:
+    """(n, d) Z V_d, the rows of Z in the basis of its d leading right singular vectors (from
+    the Σk × Σk Gram matrix, or svds above 4,000 columns). O(nnz d + Σk³)."""
+    p = Z.shape[1]
+    if d >= p:
+        return Z.toarray()
+    if p <= _GRAM_MAX:
+        _, V = sla.eigh((Z.T @ Z).toarray(), subset_by_index=(p - d, p - 1), driver="evr")
+        return np.asarray(Z @ V)
+    U, s, _ = spla.svds(Z, k=d, random_state=0)
+    return U * s[None, :]
+
+
 def micro_cell_problem(
     rows: np.ndarray,
     cell: np.ndarray,
@@ -92,22 +106,29 @@ def micro_cell_problem(
     weights,
     max_cells: int,
     seed: int,
+    n_clusters: int = 2,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """rcc's problem on at most ``max_cells`` micro-clusters of the g cells.
 
     rows (g, m): the distinct label rows; cell (n,): each item's row; sizes (g,): items per row;
-    weights: RCC's (None or (m,)); seed: the k-means seed.
+    weights: RCC's (None or (m,)); seed: the k-means seed; n_clusters: K (the merge keeps
+    max(64, 2K) dimensions).
     Returns (micro (n,) each item's micro-cluster in 0..G−1, counts (G,) items per
     micro-cluster, M̄ (G, G)): M̄_AB = Σ_{i∈A, j∈B} (Z Zᵀ)_ij / (|A| |B|), the co-association
     averaged over the item pairs of the two micro-clusters (with Z of
     :func:`co_association_factor`), so that P M̄ Pᵀ is the least-squares approximation of M̃ by a
     matrix constant on the micro-cluster blocks. Micro-clusters: mini-batch k-means (G centres,
-    one start, seeded) on the cells' rows of Z weighted by their sizes, whose squared
-    distances are M̃_ii + M̃_jj − 2 M̃_ij: cells close in co-association are merged.
-    Cost: k-means O(g G m) per pass over the cells, then O(G² Σk) for M̄; memory the g × Σk
-    sparse Z, G × Σk dense means and the G×G M̄ (G = 2,000: 32 MB).
+    one start, seeded) weighted by the cells' sizes on the cells' rows of Z projected onto Z's
+    d = max(64, 2K) leading right singular vectors (squared distances in Z are
+    M̃_ii + M̃_jj − 2 M̃_ij: cells close in co-association are merged; the projection keeps
+    their leading part and makes k-means dense and 4× faster, with a lower within-cluster sum
+    of squares in Z itself than k-means on the sparse rows, docs/algorithms/rcc.md).
+    Cost: O(g d Σk) for the projection, k-means O(b G d) per batch of b cells, then O(G² Σk)
+    for M̄; memory the g × Σk sparse Z, the g × d projection, G × Σk dense means and the G×G M̄
+    (G = 2,000: 32 MB).
     """
     Z = co_association_factor(rows, weights)
+    features = _leading_projection(Z, min(Z.shape[1], max(_MERGE_DIMS, 2 * n_clusters)))
     km = MiniBatchKMeans(
         n_clusters=max_cells,
         n_init=1,
@@ -115,7 +136,7 @@ def micro_cell_problem(
         max_no_improvement=5,
         random_state=seed,
     )
-    found = km.fit(Z, sample_weight=sizes.astype(np.float64)).labels_
+    found = km.fit(features, sample_weight=sizes.astype(np.float64)).labels_
     used, of_cell = np.unique(found, return_inverse=True)  # drop empty centres
     G = used.size
     counts = np.bincount(of_cell, weights=sizes, minlength=G)
