@@ -12,9 +12,10 @@ re-rendered from all stored rows.
   of benchmarks/fuser_peers.py (draw d: rng = np.random.default_rng(d), 20 of the 100 columns by
   rng.choice without replacement, items permuted by rng.permutation). Methods: rcc full, rcc
   reduced (g/4), rcc at its defaults where g > 2000 (max_cells=2000; at or below it the default
-  is the full solve), l2 dense (max_dense=None) and l2 sparse (max_dense=1). Part "spread"
-  (``--parts spread``) adds the full rcc at seed + 100 on the same draws: the difference two
-  full fits show by their seed alone, the yardstick for the reduced one's difference.
+  is the full solve), l2 dense (max_dense=None) and l2 sparse (max_dense=1). ``--parts
+  spread`` adds the full rcc at seed + 100 on the same draws (the difference two full fits show
+  by their seed alone, the yardstick for the reduced one's), ``--parts g10`` rcc reduced ten-fold
+  (max_cells = g // 10).
 * scale: synthetic planted label matrices (n items, K = 20 planted clusters, m = 20 columns of
   20–39 labels, each label replaced by a random one with probability 0.3, seed 0) at n = 20,000
   and 100,000: rcc and l2 at their defaults (both reduced there), one subprocess per row.
@@ -115,9 +116,21 @@ def run_table2(reps: int) -> None:
             _run_ensemble("table2", name, ens.repetition, ens.labels, ens.y, k, pools=False)
 
 
-def run_pools(draws: int, spread: bool = False) -> None:
-    """The pools part; with ``spread``, only the full rcc at another seed (seed + 100) on the
-    same draws: how far two full fits differ by their seed alone."""
+EXTRA = {
+    "spread": (
+        "rcc full (seed + 100)",
+        lambda k, g, seed: RCC(k, max_cells=None, random_state=seed + 100),
+    ),
+    "g10": (
+        "rcc reduced (g/10)",
+        lambda k, g, seed: RCC(k, max_cells=max(k + 1, g // 10), random_state=seed),
+    ),
+}
+"""Extra pool parts, one method each on the same draws: "spread", the full rcc at another seed
+(how far two full fits differ by their seed alone); "g10", a ten-fold reduction."""
+
+
+def run_pools(draws: int, extra: str | None = None) -> None:
     from adseg_research.datasets import load_dataset
 
     for name in POOLS:
@@ -129,14 +142,15 @@ def run_pools(draws: int, spread: bool = False) -> None:
             cols = rng.choice(members.shape[1], size=20, replace=False)
             order = rng.permutation(members.shape[0])
             labels = members[order][:, cols]
-            if spread:
-                make = lambda k=k, d=d: RCC(k, max_cells=None, random_state=d + 100)  # noqa: E731
-                g = np.unique(labels, axis=0).shape[0]
-                row = {"part": "pools", "set": name, "rep": d, "n": labels.shape[0], "k": k}
-                row |= {"g": g, "method": "rcc full (seed + 100)"}
-                _append(row | _fit_row(make, labels, y[order]))
-            else:
+            if extra is None:
                 _run_ensemble("pools", name, d, labels, y[order], k, pools=True)
+                continue
+            method, make = EXTRA[extra]
+            g = np.unique(labels, axis=0).shape[0]
+            row = {"part": "pools", "set": name, "rep": d, "n": labels.shape[0], "k": k, "g": g}
+            row["method"] = method
+            fuser = make(k, g, d)
+            _append(row | _fit_row(lambda fuser=fuser: fuser, labels, y[order]))
 
 
 def planted(n: int, k: int = 20, m: int = 20, p: float = 0.3, seed: int = 0):
@@ -244,7 +258,8 @@ def main() -> None:
         return
     if not args.render:
         runs = {"table2": lambda: run_table2(args.reps), "pools": lambda: run_pools(args.draws)}
-        runs["spread"] = lambda: run_pools(args.draws, spread=True)
+        for extra in EXTRA:
+            runs[extra] = lambda extra=extra: run_pools(args.draws, extra)
         runs["scale"] = run_scale
         for part in args.parts:
             runs[part]()
