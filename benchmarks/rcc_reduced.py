@@ -57,6 +57,7 @@ MD = RESULTS / "rcc_reduced.md"
 TABLE2 = ("cstr", "glass", "ionosphere", "iris", "reuters10", "soybean", "wine", "zoo")
 POOLS = ("pool_binalpha", "pool_semeion", "pool_mf", "pool_mnist")
 SCALE_N = (20000, 100000)
+NOTES = "## Notes (hand-written)"
 
 
 def _methods(k: int, g: int, seed: int, pools: bool) -> dict:
@@ -211,7 +212,10 @@ def render() -> None:
         lines += ["## Scale (synthetic planted, K = 20, m = 20)", ""]
         cols = ["method", "n", "g", "n_solved", "seconds", "peak_mib", "maxrss_mib", "acc", "load"]
         lines += [_markdown(sub[cols])]
-    MD.write_text("\n".join(lines) + "\n")
+    notes = ""
+    if MD.exists() and NOTES in MD.read_text():  # the hand-written analysis survives a re-render
+        notes = MD.read_text()[MD.read_text().index(NOTES) :]
+    MD.write_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""))
 
 
 def _accuracy_table(sub: pd.DataFrame) -> str:
