@@ -21,7 +21,9 @@ re-rendered from all stored rows.
   and 100,000: rcc and l2 at their defaults (both reduced there), one subprocess per row.
 
 seconds = wall time of fit; peak_mib = tracemalloc's peak of the fit (numpy's allocations);
-maxrss_mib (scale only) = the child process's peak resident memory, the interpreter included.
+maxrss_mib (scale only) = the child process's peak resident memory during the fit (VmHWM after
+resetting it through /proc/self/clear_refs; the interpreter, its libraries and the label matrix
+included: rss_before_mib is the resident memory before the fit).
 Run with one BLAS thread and nice (the machine is shared; the load average is recorded):
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/rcc_reduced.py
@@ -37,7 +39,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -94,8 +95,12 @@ def _fit_row(make, labels: np.ndarray, y: np.ndarray) -> dict:
     }
 
 
+COLUMNS = ["part", "set", "rep", "n", "k", "g", "method", "acc", "nmi", "seconds", "peak_mib"]
+COLUMNS += ["n_cells", "n_solved", "reduced", "load", "maxrss_mib", "rss_before_mib"]
+
+
 def _append(row: dict) -> None:
-    frame = pd.DataFrame([row])
+    frame = pd.DataFrame([row]).reindex(columns=COLUMNS)
     frame.to_csv(CSV, mode="a", header=not CSV.exists(), index=False)
     print(json.dumps(row), flush=True)
 
@@ -131,14 +136,14 @@ EXTRA = {
 (how far two full fits differ by their seed alone); "g10", a ten-fold reduction."""
 
 
-def run_pools(draws: int, extra: str | None = None) -> None:
+def run_pools(draws: range, extra: str | None = None) -> None:
     from adseg_research.datasets import load_dataset
 
     for name in POOLS:
         ds = load_dataset(name)
         members, y = np.asarray(ds.members), np.asarray(ds.y)
         k = int(np.unique(y).size)
-        for d in range(draws):
+        for d in draws:
             rng = np.random.default_rng(d)
             cols = rng.choice(members.shape[1], size=20, replace=False)
             order = rng.permutation(members.shape[0])
@@ -174,9 +179,20 @@ def scale_row(n: int, method: str) -> None:
     make = {"rcc": lambda: RCC(20, random_state=0), "l2": lambda: L2CC(20, random_state=0)}
     g = np.unique(labels, axis=0).shape[0]
     row = {"part": "scale", "set": "planted", "rep": 0, "n": n, "k": 20, "g": g}
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux)
+    before = _status_mib("VmRSS")
     row |= {"method": f"{method} default"} | _fit_row(make[method], labels, y)
-    row["maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    row["maxrss_mib"] = round(_status_mib("VmHWM"), 1)
+    row["rss_before_mib"] = round(before, 1)
     print(json.dumps(row), flush=True)
+
+
+def _status_mib(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
 
 
 def run_scale() -> None:
@@ -210,7 +226,8 @@ def render() -> None:
     sub = rows[rows["part"] == "scale"]
     if not sub.empty:
         lines += ["## Scale (synthetic planted, K = 20, m = 20)", ""]
-        cols = ["method", "n", "g", "n_solved", "seconds", "peak_mib", "maxrss_mib", "acc", "load"]
+        cols = ["method", "n", "g", "n_solved", "seconds", "peak_mib", "rss_before_mib"]
+        cols += ["maxrss_mib", "acc", "load"]
         lines += [_markdown(sub[cols])]
     notes = ""
     if MD.exists() and NOTES in MD.read_text():  # the hand-written analysis survives a re-render
@@ -254,6 +271,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["table2", "pools", "scale"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--draws", type=int, default=3)
+    parser.add_argument("--first-draw", type=int, default=0, help="pools: draws from this one on")
     parser.add_argument("--render", action="store_true")
     parser.add_argument("--scale-row", nargs=2, metavar=("N", "METHOD"))
     args = parser.parse_args()
@@ -261,9 +279,10 @@ def main() -> None:
         scale_row(int(args.scale_row[0]), args.scale_row[1])
         return
     if not args.render:
-        runs = {"table2": lambda: run_table2(args.reps), "pools": lambda: run_pools(args.draws)}
+        draws = range(args.first_draw, args.first_draw + args.draws)
+        runs = {"table2": lambda: run_table2(args.reps), "pools": lambda: run_pools(draws)}
         for extra in EXTRA:
-            runs[extra] = lambda extra=extra: run_pools(args.draws, extra)
+            runs[extra] = lambda extra=extra: run_pools(draws, extra)
         runs["scale"] = run_scale
         for part in args.parts:
             runs[part]()
