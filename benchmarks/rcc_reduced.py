@@ -235,8 +235,15 @@ def render() -> None:
     MD.write_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""))
 
 
+METHOD_ORDER = ["rcc full", "rcc full (seed + 100)", "rcc default", "rcc reduced (g/4)"]
+METHOD_ORDER += ["rcc reduced (g/10)", "l2 dense", "l2 sparse"]
+
+
 def _accuracy_table(sub: pd.DataFrame) -> str:
     out = []
+    order = {name: i for i, name in enumerate(dict.fromkeys(sub["set"]))}
+    sub = sub.assign(_s=sub["set"].map(order), _m=sub["method"].map(METHOD_ORDER.index))
+    sub = sub.sort_values(["_s", "_m"], kind="stable")
     for (name, method), grp in sub.groupby(["set", "method"], sort=False):
         full = sub[(sub["set"] == name) & (sub["method"] == "rcc full")].set_index("rep")["acc"]
         diff = grp.set_index("rep")["acc"] - full.reindex(grp["rep"]).to_numpy()
