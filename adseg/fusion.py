@@ -41,8 +41,9 @@ def _fit_one(
     ``options`` are its constructor arguments beside n_clusters and random_state.
 
     The notes are the fit's warnings, each once (a solver at its iteration limit, k-means
-    finding fewer distinct clusters), and a line when the labels hold fewer segments than
-    asked: the caller logs them and records them in the run's row, where a worker's warnings
+    finding fewer distinct clusters), a line when the fuser solved a reduced problem at this
+    size (``_reduction_notes``), and a line when the labels hold fewer segments than asked:
+    the caller logs them and records them in the run's row, where a worker's warnings
     would otherwise be lost."""
     cls = FUSERS[name]
     if weights is not None and "weights" in cls().get_params():
@@ -50,9 +51,10 @@ def _fit_one(
     t0 = time.perf_counter()
     with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = cls(n_clusters=n_segments, random_state=seed, **options).fit_predict(labels)
+        fuser = cls(n_clusters=n_segments, random_state=seed, **options).fit(labels)
+    result = fuser.labels_
     seconds = round(time.perf_counter() - t0, 3)
-    notes = [first_line(str(w.message)).strip() for w in caught]
+    notes = [first_line(str(w.message)).strip() for w in caught] + _reduction_notes(fuser)
     found = np.unique(result[result >= 0]).size
     if found < n_segments:
         # k-means's own words for the same fact: "Number of distinct clusters (51) found
@@ -60,6 +62,23 @@ def _fit_one(
         notes = [note for note in notes if not note.startswith("Number of distinct clusters")]
         notes.append(f"{found} segments, fewer than the {n_segments} asked")
     return result, seconds, list(dict.fromkeys(notes))
+
+
+def _reduction_notes(fuser) -> list[str]:
+    """A line for the run's record when the fit solved a reduced problem at this size (rcc on
+    micro-clusters above ``max_cells`` distinct label rows, l2 from the sparse factor above
+    ``max_dense`` items), naming the threshold; none otherwise."""
+    if getattr(fuser, "reduced_", False):
+        return [
+            f"reduced: solved on {fuser.n_micro_clusters_:,} micro-clusters of the "
+            f"{fuser.n_cells_:,} distinct label rows (max_cells={fuser.max_cells:,})"
+        ]
+    if getattr(fuser, "sparse_", False):
+        return [
+            f"reduced: eigenvectors from the sparse co-association factor "
+            f"({fuser.n_items_:,} items > max_dense={fuser.max_dense:,})"
+        ]
+    return []
 
 
 class Fusion(NamedTuple):

@@ -8,7 +8,8 @@
   benchmarks only, not registered in ``FUSERS`` (O(n² K) per k-means iteration).
 
 Memory: one dense n×n co-association matrix (n = 10,000 → 0.8 GB in float64), plus the work
-copies of their solvers (see each class). Derivation: docs/algorithms/rcc.md.
+copies of their solvers (see each class); above ``max_dense`` items L2CC uses the sparse n × Σk
+factor of M̃ instead (O(n m) memory). Derivation: docs/algorithms/rcc.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 from adseg.consensus._base import BaseFuser, check_integer, co_association
+from adseg.consensus.reduced import co_association_factor, factor_top_eigenpairs
 from adseg.spectral import assign_labels, top_eigenvectors
 
 __all__ = ["KC", "L2CC"]
@@ -49,6 +51,11 @@ class L2CC(BaseFuser):
     assign_labels : {"kmeans", "cluster_qr"}, how rows of H become labels (k-means on the
         row-normalised embedding, seeded; or the deterministic column-pivoted QR rounding).
     n_init : int, k-means restarts when ``assign_labels="kmeans"``.
+    max_dense : int ≥ 1 or None, default 2000. Above this many items the eigenpairs come from the
+        sparse n × Σk factor Z of M̃ = Z Zᵀ (reduced.factor_top_eigenpairs: the eigenproblem of
+        the Σk × Σk Gram matrix), with no n×n array: exact when no label is missing; with
+        missing labels a pair's covering weight is approximated by the geometric mean of the
+        two items' (reduced.co_association_factor). None: always the dense M̃.
     random_state : int, RandomState or None.
 
     Attributes
@@ -57,11 +64,13 @@ class L2CC(BaseFuser):
     embedding_ : (n_items, K) float64, H (orthonormal columns, largest eigenvalue first).
     eigenvalues_ : (K,) float64, diag(D): the K largest eigenvalues of M̃ clipped at 0.
     n_clusters_found_ : int, number of non-empty clusters in ``labels_``.
+    sparse_ : bool, whether n > ``max_dense`` made the fit use the sparse factor.
 
-    Cost: O(n² m̄) to build M̃ plus a partial symmetric eigensolver (LAPACK subset for n ≤ 2,000,
-    Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n) and, for n ≤ 2,000, LAPACK's
-    work copy of it (about 2.0 n×n at the peak for n ≤ 2,000, 1.06 above); with missing labels
-    co_association briefly holds one more (2.3).
+    Cost (n > max_dense): O(n m Σk) for the Gram matrix, O(Σk³) for its eigh, memory
+    O(n m + Σk² + n K). Cost (dense): O(n² m̄) to build M̃ plus a partial symmetric eigensolver
+    (LAPACK subset for n ≤ 2,000, Lanczos above), O(n² K) per Lanczos sweep. Memory: M̃ (n×n)
+    and, for n ≤ 2,000, LAPACK's work copy of it (about 2.0 n×n at the peak for n ≤ 2,000, 1.06
+    above); with missing labels co_association briefly holds one more (2.3).
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class L2CC(BaseFuser):
         weights=None,
         assign_labels: str = "kmeans",
         n_init: int = 10,
+        max_dense: int | None = 2000,
         random_state=None,
     ):
         self.n_clusters = n_clusters
@@ -79,6 +89,7 @@ class L2CC(BaseFuser):
         self.weights = weights
         self.assign_labels = assign_labels
         self.n_init = n_init
+        self.max_dense = max_dense
         self.random_state = random_state
 
     def _fit(self, labels: np.ndarray) -> None:
@@ -86,8 +97,16 @@ class L2CC(BaseFuser):
         check_integer("n_init", self.n_init)
         if not isinstance(self.normalize, bool | np.bool_):  # RCC's "l1" form: none for L2CC
             raise ValueError(f"normalize must be True or False; got {self.normalize!r}.")
-        M = co_association(labels, self.weights, normalize=self.normalize)
-        vals, H = top_eigenvectors(M, self.n_clusters)
+        if self.max_dense is not None:
+            check_integer("max_dense", self.max_dense)
+        self.sparse_ = self.max_dense is not None and labels.shape[0] > self.max_dense
+        if self.sparse_:
+            Z = co_association_factor(labels, self.weights)
+            vals, H = factor_top_eigenpairs(Z, self.n_clusters, normalize=bool(self.normalize))
+        else:
+            M = co_association(labels, self.weights, normalize=self.normalize)
+            vals, H = top_eigenvectors(M, self.n_clusters)
+            del M
         self.embedding_ = H
         self.eigenvalues_ = np.maximum(vals, 0.0)
         self.labels_ = assign_labels(

@@ -8,8 +8,9 @@ gross error on a minority of entries of M̃ (e.g. one column labelling every ite
 views), which l2 would follow.
 
 The solver runs on the g×g matrices of the g ≤ n cells (items with identical label rows), an
-exact reduction. Memory: four dense g×g float64 arrays (M̃, E, Λ, one work array), plus the
-dense eigensolver's copy for g ≤ 1,000; g = 5,000 → 800 MB. Time per ADMM iteration: one top-K
+exact reduction; above ``max_cells`` cells, on that many micro-clusters of them (reduced.py, an
+approximation). Memory: four dense g×g float64 arrays (M̃, E, Λ, one work array), plus the
+dense eigensolver's copy for g ≤ 1,000; g = 2,000 → 128 MB. Time per ADMM iteration: one top-K
 eigensolve (``eigen_solver``) and O(g²) element-wise work. Derivation, defaults, the choice of
 ``normalize`` and measured costs: docs/algorithms/rcc.md.
 """
@@ -35,6 +36,7 @@ from adseg.consensus._base import (
     co_association,
     coherent_cells,
 )
+from adseg.consensus.reduced import micro_cell_problem
 from adseg.spectral import assign_labels, fix_signs, symmetric_part
 
 __all__ = ["RCC", "RCCResult", "rcc_admm", "soft_threshold"]
@@ -252,6 +254,12 @@ class RCC(BaseFuser):
     n_init : int, k-means restarts for ``assign_labels="kmeans"``.
     store_error : bool, keep the final sparse error E (n×n) in ``error_`` — the pairs whose
         co-association the consensus overrides. Costs one n×n array after ``fit``.
+    max_cells : int > K or None, default 2000. Above this many distinct label rows (cells) the
+        solver works on at most ``max_cells`` weighted micro-clusters of the cells (mini-batch
+        k-means on the cells' co-association rows) with their pair-averaged co-association — an
+        approximation, memory O(n m + max_cells²) instead of O(g²); at or below it (and with
+        None) the exact cell problem, unchanged. Derivation, accuracy and the threshold's
+        measurements: docs/algorithms/rcc.md#reduced-problem.
     random_state : int, RandomState or None (k-means seeds and the eigensolvers' random starts).
 
     Attributes
@@ -269,14 +277,21 @@ class RCC(BaseFuser):
         ||M̃ − HDHᵀ||_1), "residual" (||E − M̃ + HDHᵀ||_F / ||M̃||_F), "change"
         (||Lᵗ − Lᵗ⁻¹||_F / ||Lᵗ⁻¹||_F) and "mu".
 
-    n_cells_ : int, g, the number of distinct label rows the solver worked on (n_items when g ≤ K).
+    n_cells_ : int, g, the number of distinct label rows (n_items when g ≤ K).
+    n_micro_clusters_ : int, the rows of the matrix the solver worked on: ``n_cells_``, or at
+        most ``max_cells`` micro-clusters when ``reduced_``.
+    reduced_ : bool, whether g > ``max_cells`` made the solver work on micro-clusters (then
+        ``objective_``, ``history_`` and ``error_`` are those of the micro-cluster matrix,
+        ``error_`` mapped back to the items).
     normalize_ : True, False or "l1", the form fitted (with ``normalize="auto"``, the one chosen).
     anmi_ : dict {True: float, "l1": float}, each form's average NMI with the base clusterings
         (only with ``normalize="auto"``).
 
     Cost per iteration: a few passes over four g×g arrays (O(g²)) plus one partial eigensolve
     (O(g³) dense, or O(g² (K+p)) per subspace/LOBPCG step), g ≤ n the number of distinct label
-    rows. Memory: four dense g×g float64 arrays (M̃, E, Λ, W) — 32 g² bytes — plus O(n K) and
+    rows (G = ``n_micro_clusters_`` ≤ ``max_cells`` in place of g when reduced, plus the
+    micro-clustering's O(g G m) per k-means pass). Memory: four dense g×g float64 arrays (M̃, E,
+    Λ, W) — 32 g² bytes, at most 128 MB with the default ``max_cells`` — plus O(n K), O(n m) and
     row-block temporaries; ``store_error=True`` adds one n×n array after the fit.
     ``normalize="auto"`` runs two fits one after the other (the same peak memory, plus the first
     fit's O(n K) results, and its n×n ``error_`` with ``store_error=True``) and O(n m) for ANMI.
@@ -297,6 +312,7 @@ class RCC(BaseFuser):
         eigen_solver: str = "auto",
         n_init: int = 10,
         store_error: bool = False,
+        max_cells: int | None = 2000,
         random_state=None,
     ):
         self.n_clusters = n_clusters
@@ -311,6 +327,7 @@ class RCC(BaseFuser):
         self.eigen_solver = eigen_solver
         self.n_init = n_init
         self.store_error = store_error
+        self.max_cells = max_cells
         self.random_state = random_state
 
     def _check_params(self) -> None:
@@ -337,6 +354,8 @@ class RCC(BaseFuser):
         check_real("mu_max", self.mu_max)
         check_integer("max_iter", self.max_iter)
         check_real("tol", self.tol, high=1.0)  # relative to ‖M̃‖_F: 1 or more stops at once
+        if self.max_cells is not None:
+            check_integer("max_cells", self.max_cells, low=self.n_clusters + 1)
 
     def _fit(self, labels: np.ndarray) -> None:
         self._check_params()
@@ -348,7 +367,10 @@ class RCC(BaseFuser):
         self.normalize_ = form
         K = self.n_clusters
         rng = self._rng
-        cell, sizes, M = _cell_problem(labels, self.weights, form, K)
+        cache = getattr(self, "_micro_cache", None)
+        cell, sizes, M, n_cells = _cell_problem(
+            labels, self.weights, form, K, self.max_cells, rng, cache
+        )
         g = M.shape[0]
         reduced = bool((sizes > 1).any())
         symmetric_part(M, out=M)  # the degree scaling is not bit-for-bit symmetric
@@ -383,7 +405,9 @@ class RCC(BaseFuser):
         H = fit.embedding[cell]  # orthonormal columns: Vᵀ C^-½ Pᵀ P C^-½ V = VᵀV
         self.embedding_ = H
         self.eigenvalues_ = fit.eigenvalues
-        self.n_cells_ = g
+        self.n_cells_ = n_cells
+        self.n_micro_clusters_ = g
+        self.reduced_ = g < n_cells
         self.n_iter_ = len(history["residual"])
         self.converged_ = fit.converged
         self.objective_ = history["objective"][-1]
@@ -401,9 +425,10 @@ class RCC(BaseFuser):
         """``normalize="auto"``: fit True and "l1" (each as it would run alone), keep the one
         whose labels have the higher ANMI with ``labels`` (ties: True); only the kept fit's
         warnings reach the caller (the other's ConvergenceWarning says nothing about the result)."""
-        fits, caught, scores = {}, {}, {}
+        fits, caught, scores, cache = {}, {}, {}, {}
         for form in (True, "l1"):
             fit = RCC(**{**self.get_params(), "normalize": form})
+            fit._micro_cache = cache  # the same micro-clusters for both forms, merged once
             with warnings.catch_warnings(record=True) as caught[form]:
                 warnings.simplefilter("always")
                 fit.fit(labels)
@@ -584,23 +609,48 @@ def _eigen_step(W, V, K, solver, tracker, rng, tol):
 
 
 def _cell_problem(
-    labels: np.ndarray, weights, normalize: bool | str, n_clusters: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fused matrix on the g cells of identical label rows: (cell (n,), sizes (g,), M̃_g (g×g)).
+    labels: np.ndarray,
+    weights,
+    normalize: bool | str,
+    n_clusters: int,
+    max_cells: int | None = None,
+    rng: np.random.RandomState | None = None,
+    cache: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The fused matrix on the g cells of identical label rows: (cell (n,), sizes (g,), M̃_g
+    (g×g), g).
 
     Items with identical label rows have identical rows and columns in M̃ (and in its degree
     normalisations), so M̃ = P M̃_g Pᵀ with P the n×g cell indicator. Falls back to one cell per
-    item when g ≤ n_clusters (K consensus eigenvectors need more than K cells).
-    Cost O(n m log n) for the grouping plus one g×g co-association.
+    item when g ≤ n_clusters (K consensus eigenvectors need more than K cells). When g exceeds
+    ``max_cells``, the cells are merged into at most ``max_cells`` micro-clusters (seeded from
+    ``rng``) and M̃_g is their pair-averaged co-association (reduced.micro_cell_problem); the
+    degree normalisation below treats them as cells. ``cache`` (a dict shared by the two fits of
+    ``normalize="auto"``, whose seeds are equal) keeps the merge for the other form.
+    Cost O(n m log n) for the grouping plus one g×g co-association (G×G when reduced).
     """
     if weights is not None:  # a clustering of weight 0 changes no entry: it must not split cells
         weights = check_weights(weights, labels.shape[1])
         labels, weights = labels[:, weights > 0], weights[weights > 0]
     cell, rows, sizes = coherent_cells(labels)
-    if rows.shape[0] <= n_clusters:
-        rows, cell = labels, np.arange(labels.shape[0])
-        sizes = np.ones(labels.shape[0], dtype=np.int64)
-    M = co_association(rows, weights)
+    g = rows.shape[0]
+    if max_cells is not None and g > max_cells:
+        seed = int(rng.randint(0, 2**31 - 1))
+        if cache is not None and seed in cache:  # normalize="auto": the other form's merge
+            cell, sizes, M = cache[seed]
+            M = M.copy()
+        else:
+            cell, sizes, M = micro_cell_problem(
+                rows, cell, sizes, weights, max_cells, seed, n_clusters
+            )
+            if cache is not None:
+                cache[seed] = (cell, sizes, M.copy())
+    else:
+        if g <= n_clusters:
+            rows, cell = labels, np.arange(labels.shape[0])
+            sizes = np.ones(labels.shape[0], dtype=np.int64)
+            g = labels.shape[0]
+        M = co_association(rows, weights)
     if normalize:
         degree = M @ sizes.astype(np.float64)  # degree of an item of each cell in the full M̃
         scale = np.zeros_like(degree)
@@ -614,7 +664,7 @@ def _cell_problem(
             scale *= np.sqrt(float(degree @ sizes) / float(sizes.sum()))
         M *= scale[:, None]
         M *= scale[None, :]
-    return cell, sizes, M
+    return cell, sizes, M, g
 
 
 def _weighted_sum(block: np.ndarray, count: np.ndarray, rows: slice) -> float:
