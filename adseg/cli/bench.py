@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -33,9 +34,36 @@ def bench_consensus(
         list[str] | None,
         typer.Option(
             "--method",
-            help="Fuser column(s) to run (repeatable; default all: KC, l2, rcc, their "
-            "unnormalised forms, rcc (normalised), rcc (l1)).",
+            help="Fuser column(s) to run (repeatable; default: KC, l2, rcc, their "
+            "unnormalised forms, rcc (normalised), rcc (l1), and with --peers-src PCE's four). "
+            "Also adseg's trce, sccbg, rcec, lta and PCE's 'PCE TRCE', ECPCS-MC, LWEA, U-SENC.",
         ),
+    ] = None,
+    peers_src: Annotated[
+        Path | None,
+        typer.Option(
+            "--peers-src",
+            metavar="DIR",
+            envvar="ADSEG_PCE_SRC",
+            show_envvar=True,
+            help="The src/ folder of a py-cluster-ensemble (PCE) checkout: adds its TRCE, "
+            "ECPCS-MC, LWEA and U-SENC columns on the same base clusterings (loaded, not "
+            "installed).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Per fit: a longer fit is stopped and recorded as a failure, and that "
+            "method's later repetitions on the set as skipped (default: none).",
+            min=1,
+        ),
+    ] = None,
+    csv_output: Annotated[
+        Path | None,
+        typer.Option("--csv", metavar="FILE", help="Also write one row per fit (CSV) here."),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Also write the markdown table here.")
@@ -51,22 +79,30 @@ def bench_consensus(
     ] = None,
     quiet: Quiet = False,
 ) -> None:
-    """The paper's Table 2 protocol (seed 003): ACC of k-means, KC, l2 and rcc on the benchmark
-    data sets (--datasets, $ADSEG_DATASETS or ../shared/datasets), items shuffled with recorded
-    seeds."""
+    """The paper's Table 2 protocol (seed 003): ACC, NMI, seconds and peak memory of k-means, KC,
+    l2 and rcc (and of adseg's other fusers and PCE's peers when asked) on the benchmark data sets
+    (--datasets, $ADSEG_DATASETS or ../shared/datasets), items shuffled with recorded seeds; each
+    fit in a forked child process, failures recorded as rows."""
     from adseg_research.bench_table2 import (
         TABLE2_DATASETS,
+        all_methods,
         check_table2_name,
         default_methods,
-        format_table2,
+        format_table2_report,
         run_table2,
     )
     from adseg_research.datasets import find_datasets_dir
+    from adseg_research.peers import PCE_COLUMNS
 
-    methods = default_methods()
     # every check before the first fit, so that a bad name after a good one fails at once, not
     # minutes in
-    _check_choices(dataset, method, preprocessing, methods)
+    _check_choices(dataset, method, preprocessing, [*all_methods(), *PCE_COLUMNS])
+    if peers_src is None and (asked := [m for m in method or [] if m in PCE_COLUMNS]):
+        raise CliError(
+            f"--method {asked[0]!r} is PCE's: give --peers-src DIR (or set $ADSEG_PCE_SRC) to "
+            "the src/ folder of a py-cluster-ensemble checkout"
+        )
+    methods = _load_methods(peers_src)
     if seed + repetitions - 1 > 2**32 - 1:
         raise CliError(
             f"--seed + --repetitions - 1 must be at most 2**32 - 1 (repetition r uses seed + r); "
@@ -77,6 +113,8 @@ def bench_consensus(
     for name in names:
         check_table2_name(name, data_dir)
     _check_output(output, "--output")
+    _check_output(csv_output, "--csv")
+    default = [*default_methods(), *(PCE_COLUMNS if peers_src is not None else [])]
     progress = None if quiet else (lambda line: err.print(f"[dim]… {line}[/dim]"))
     with _one_blas_thread():
         frame = run_table2(
@@ -85,22 +123,40 @@ def bench_consensus(
             n_clusterings=clusterings,
             seed=seed,
             preprocessing=preprocessing or ["raw"],
-            methods={m: methods[m] for m in method} if method else methods,
+            methods={m: methods[m] for m in method or default},
             progress=progress,
             data_dir=data_dir,
+            isolate=True,
+            timeout=timeout,
         )
-    table = format_table2(frame)
+    table = format_table2_report(frame)
     if not quiet:
         out.print(table, markup=False)
     if output is not None:
         _write_atomic(output, table + "\n")
+    if csv_output is not None:
+        _write_atomic(csv_output, frame.to_csv(index=False))
+
+
+def _load_methods(peers_src: Path | None) -> dict:
+    """Every column (``bench_table2.all_methods``); CliError (exit 2), one line naming the
+    folder, when ``peers_src`` is not a PCE source tree or a PCE core does not import."""
+    from adseg_research.bench_table2 import all_methods
+
+    try:
+        return all_methods(peers_src)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--peers-src: {exc}") from None
+    except Exception as exc:  # a core that does not import: its error, with the folder
+        text = f"{type(exc).__name__}: {exc}"
+        raise CliError(f"--peers-src {peers_src}: PCE did not load: {text}") from None
 
 
 def _check_choices(
     dataset: list[str] | None,
     method: list[str] | None,
     preprocessing: list[str] | None,
-    methods: dict,
+    methods: Iterable[str],
 ) -> None:
     """CliError (exit 2) for a --method that is not a column of ``methods``, a --preprocessing
     other than raw / standardized, or a value given twice to a repeatable option."""
