@@ -273,7 +273,7 @@ _SUMMARY |= {"seconds": ("seconds", None), "peak_mib": ("peak_mib", None)}
 def summarize_table2(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (dataset, preprocessing, method): mean and population std of ACC and NMI, mean seconds
     and mean peak_mib over the fits that ran (NaN when none did), ``runs`` (fits that ran) and
-    ``fits`` (rows, failures included)."""
+    ``fits`` (the repetitions of the set: a failed fit and a repetition not run both count)."""
     keys = ["dataset", "preprocessing", "method"]
     data = frame.copy()
     for col in ("nmi", "seconds", "peak_mib"):
@@ -289,14 +289,16 @@ def summarize_table2(frame: pd.DataFrame) -> pd.DataFrame:
         peak_mib=("peak_mib", "mean"),
         runs=("acc", "size"),
     )
-    out = data.groupby(keys, sort=False).size().rename("fits").to_frame().join(summ)
+    data["fits"] = data.groupby(keys[:2])["repetition"].transform("nunique")
+    out = data.groupby(keys, sort=False)["fits"].max().to_frame().join(summ)
     out["runs"] = out["runs"].fillna(0).astype(int)
     return out.reset_index()
 
 
 def _cell(entry: pd.Series, metric: str, digits: int) -> str:
-    """One table cell: mean (± std for ACC/NMI); "(runs/fits)" when some fits failed; "failed
-    (0/fits)" when all did; "—" when there is nothing to show (the k-means row's seconds)."""
+    """One table cell: mean (± std for ACC/NMI); "(runs/repetitions)" when some repetitions did
+    not run or failed; "failed (0/repetitions)" when none ran; "—" when there is nothing to show
+    (the k-means row's seconds)."""
     if entry["runs"] == 0:
         return f"failed (0/{entry['fits']})"
     mean_col, std_col = _SUMMARY[metric]
@@ -320,8 +322,9 @@ def format_table2(
     metric: str = "acc",
 ) -> str:
     """Markdown table: one row per (dataset, preprocessing), ``metric`` per method ("acc" and
-    "nmi": mean ± std over the repetitions; "seconds", "peak_mib": the mean), with "(runs/fits)"
-    after a cell whose fits did not all run and "failed (0/N)" for one where none did; for ACC
+    "nmi": mean ± std over the repetitions; "seconds", "peak_mib": the mean), with
+    "(runs/repetitions)" after a cell where some did not run (failed, or not asked:
+    ``max_repetitions``) and "failed (0/N)" for one where none did; for ACC
     the paper's k-means / KC / L2CC / RCC beside them (``paper``). For ACC and NMI a final row
     holds the mean over the sets (one per preprocessing when the frame has several, since a mean
     over raw and standardised rows together would count each set twice), marked "(k/N sets)"

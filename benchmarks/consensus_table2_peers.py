@@ -54,7 +54,7 @@ from adseg_research.peers import PCE_COLUMNS, PCE_COMMIT, PCE_ENV, PCE_VERSION  
 RESULTS = ROOT / "benchmarks" / "results"
 OURS = ("KC", "l2", "rcc", "trce", "sccbg", "rcec", "lta")
 METHODS = (*OURS, *PCE_COLUMNS)
-NOTE_CAPS = "cells run on fewer repetitions (--cap; the table marks them (runs/fits))"
+NOTE_CAPS = "cells run on fewer repetitions (--cap; the tables mark them (runs/repetitions))"
 
 
 def parse_caps(values: list[str]) -> dict[tuple[str, str], int]:
@@ -97,9 +97,10 @@ def render(frame: pd.DataFrame) -> str:
         "seconds = wall clock of the fit, peak MiB = the child's peak resident memory during the "
         "fit above its resident memory before it (VmHWM reset through /proc/self/clear_refs; "
         "numpy, LAPACK/ARPACK work arrays and the Python heap alike). A failure (exception, crash, "
-        "timeout) is a row: a cell whose fits did not all run shows (runs/fits), one where none "
-        "ran shows failed; the texts are under Failures. Raw features; text sets TF-IDF with "
-        "unit rows (reuters10: 2,900 documents, 1,000 terms).",
+        "timeout) is a row: a cell where some repetitions failed or were not run (--cap) shows "
+        "(runs/repetitions), one where none ran shows failed; the texts are under Failures. "
+        "Raw features; text sets TF-IDF with unit rows (reuters10: 2,900 documents, 1,000 "
+        "terms).",
         "",
         "The machine is shared (2 cores, other jobs running, `nice -n 10`): compare seconds "
         "within a row only.",

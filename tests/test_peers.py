@@ -164,9 +164,11 @@ def test_a_failed_cell_shows_in_the_table_and_the_failures():
         for m, a, e in [("ok", 0.9, None), ("bad", np.nan, "RuntimeError: boom")]
     ]
     rows[3] |= {"acc": 0.5, "nmi": 0.4, "error": None}  # "bad" ran on repetition 1 only
+    rows.append(rows[0] | {"method": "capped", "acc": 0.7})  # asked on repetition 0 only
     frame = pd.DataFrame(rows)
     acc = format_table2(frame, paper=False)
-    assert "| d | raw | 4 | 0.900 ± 0.000 | 0.500 ± 0.000 (1/2) |" in acc
+    assert "| d | raw | 4 | 0.900 ± 0.000 | 0.500 ± 0.000 (1/2) | 0.700 ± 0.000 (1/2) |" in acc
+    frame = frame[frame["method"] != "capped"].copy()
     frame.loc[3, ["acc", "error"]] = [np.nan, "RuntimeError: boom"]
     report = format_table2_report(frame, paper=False)
     assert "| d | raw | 4 | 0.900 ± 0.000 | failed (0/2) |" in report
