@@ -14,7 +14,7 @@ import re
 import time
 import tracemalloc
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +227,7 @@ def evaluate(
     isolate: bool = False,
     timeout: float | None = None,
     max_repetitions: Mapping[str, int] | None = None,
+    skip: Container[tuple[int, str]] = (),
 ) -> pd.DataFrame:
     """Run every fuser on every ensemble. One row per (repetition, method) with acc, nmi, ari,
     seconds (wall), peak_mib and error. Also a 'base' row per repetition: the mean score of the
@@ -238,7 +239,8 @@ def evaluate(
     child (``isolated.run_isolated``): peak_mib = the child's peak resident MiB above its resident
     MiB before the fit, and a fit longer than ``timeout`` seconds is killed and recorded as a
     failure, the method's later repetitions as "skipped after a timeout". ``max_repetitions``:
-    method → run it on the first N ensembles only (no rows for the others)."""
+    method → run it on the first N ensembles only (no rows for the others); ``skip``: (repetition,
+    method) pairs not to run (no rows; a benchmark completing stored rows)."""
     rows = []
     timed_out: dict[str, str] = {}
     for ens in ensembles:
@@ -253,6 +255,8 @@ def evaluate(
         )
         for name, factory in fusers.items():
             if max_repetitions and ens.repetition >= max_repetitions.get(name, ens.repetition + 1):
+                continue
+            if (ens.repetition, name) in skip:
                 continue
             row = {"repetition": ens.repetition, "method": name}
             if name in timed_out:

@@ -28,7 +28,7 @@ PCE's source folder, PCE's four peers (``adseg_research.peers``) to the default 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +198,7 @@ def run_table2(
     isolate: bool = False,
     timeout: float | None = None,
     max_repetitions: Mapping[str, int] | None = None,
+    skip: Container[tuple[int, str]] = (),
 ) -> pd.DataFrame:
     """Run the Table 2 protocol.
 
@@ -211,9 +212,9 @@ def run_table2(
     progress : optional callback receiving one line per finished (set, preprocessing).
     kmeans_init : "k-means++" (default) or "random", the base k-means runs' initialisation.
     data_dir : the benchmark data folder; None: ``datasets.find_datasets_dir()``.
-    isolate, timeout, max_repetitions : as ``bench.evaluate``: each fit in a forked child with its
-        peak resident memory (peak_mib) and a per-fit timeout; a method on the first N
-        repetitions only.
+    isolate, timeout, max_repetitions, skip : as ``bench.evaluate``: each fit in a forked child
+        with its peak resident memory (peak_mib) and a per-fit timeout; a method on the first N
+        repetitions only; (repetition, method) pairs not run (every set of the call).
     external : optional callback (ensembles, n_clusters) → frame with the columns of
         ``bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods run
         outside this process on the very same base clusterings (the peer library).
@@ -245,6 +246,7 @@ def run_table2(
                 isolate=isolate,
                 timeout=timeout,
                 max_repetitions=max_repetitions,
+                skip=skip,
             )
             if external is not None:
                 frame = pd.concat([frame, external(ens, k)], ignore_index=True)

@@ -16,8 +16,10 @@ PCE 1.0.0 is a reference only, loaded from a source checkout, not installed
         --pce-src /tmp/pce/src
     .venv/bin/python benchmarks/consensus_table2_peers.py --render   # from the stored CSV only
 
-``--cap METHOD@SET=N`` runs a slow cell on the first N repetitions only (recorded in the file);
-rows of a set re-run replace its old rows, so sets can be run separately (``--datasets``).
+``--cap METHOD@SET=N`` runs a slow cell on the first N repetitions only (the file lists the cells
+with fewer repetitions); rows re-run replace the stored rows of the same (set, repetition, method),
+so sets and methods can be run separately (``--datasets``, ``--methods``), and ``--only-missing``
+runs only the (repetition, method) pairs of a set that have no stored row (completes a capped cell).
 Writes results/consensus_table2_peers.csv (one row per set, repetition, method) and .md.
 """
 
@@ -83,7 +85,8 @@ def render(frame: pd.DataFrame) -> str:
     """The results markdown of all stored rows."""
     methods = ["k-means", *(m for m in METHODS if m in set(frame["method"]))]
     reps = frame.groupby("dataset")["repetition"].nunique()
-    caps = frame.drop_duplicates("dataset")["caps"].dropna()
+    cells = frame.groupby(["dataset", "method"], sort=False)["repetition"].nunique()
+    short = [f"{m} on {d}: {n} of {reps[d]}" for (d, m), n in cells.items() if n < reps[d]]
     out = [
         "# Table 2 sets: adseg's fusers beside py-cluster-ensemble's peers (issue 39)",
         "",
@@ -124,8 +127,8 @@ def render(frame: pd.DataFrame) -> str:
         sets = ", ".join(dict.fromkeys(part["dataset"]))
         load = part["load"].iloc[0]
         out.append(f"  * {date}: `{command}` ({sets}; load before/after {load})")
-    if len(caps):
-        out.append(f"* {NOTE_CAPS}: " + "; ".join(dict.fromkeys(caps)))
+    if short:
+        out.append(f"* {NOTE_CAPS}: " + "; ".join(short))
     out += ["", "## Results (raw features)", "", format_table2_report(frame, methods=methods), ""]
     return "\n".join(out)
 
@@ -137,6 +140,13 @@ def write(frame: pd.DataFrame, output: Path) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(output.with_suffix(".csv"), index=False)
     write_results(output, render(frame))
+
+
+def merge(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``old`` with its rows of the (set, repetition, method) keys in ``new`` replaced by them."""
+    key = ["dataset", "preprocessing", "repetition", "method"]
+    both = pd.concat([old.drop(columns="caps", errors="ignore"), new], ignore_index=True)
+    return both.drop_duplicates(key, keep="last")
 
 
 def read(csv_path: Path) -> pd.DataFrame | None:
@@ -159,6 +169,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per fit")
     ap.add_argument("--output", type=Path, default=RESULTS / "consensus_table2_peers.md")
     ap.add_argument("--render", action="store_true", help="only re-render the .md from the .csv")
+    ap.add_argument(
+        "--only-missing",
+        action="store_true",
+        help="run only the (repetition, method) pairs of a set with no stored row",
+    )
     args = ap.parse_args()
     csv_path = args.output.with_suffix(".csv")
     old = read(csv_path)
@@ -177,6 +192,12 @@ def main() -> None:
     for name in args.datasets:
         load0 = os.getloadavg()[0]
         limits = {m: n for (m, s), n in caps.items() if s == name}
+        stored = old[old["dataset"] == name] if old is not None else old
+        skip = (
+            set(zip(stored["repetition"], stored["method"], strict=True))
+            if args.only_missing and stored is not None
+            else set()
+        )
         frame = run_table2(
             [name],
             n_repetitions=args.repetitions,
@@ -187,17 +208,14 @@ def main() -> None:
             isolate=True,
             timeout=args.timeout,
             max_repetitions=limits,
-        )
-        frame["caps"] = (
-            ", ".join(f"{m} on {name}: {n} of {args.repetitions}" for m, n in limits.items())
-            or None
+            skip=skip,
         )
         frame["command"] = command
         frame["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         frame["load"] = f"{load0:.1f}/{os.getloadavg()[0]:.1f}"
         frame["machine"] = machine_summary()
         frame["versions"] = versions()
-        old = frame if old is None else pd.concat([old[old["dataset"] != name], frame])
+        old = frame if old is None else merge(old, frame)
         old["error"] = old["error"].where(old["error"].notna(), None)
         write(old, args.output)
     print(f"wrote {args.output} and {csv_path}")

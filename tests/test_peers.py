@@ -136,6 +136,8 @@ def test_a_timeout_is_a_failure_row_and_the_later_repetitions_are_skipped():
     assert capped.loc[capped["method"] == "fast", "repetition"].tolist() == [0, 1]
     assert capped["peak_mib"].notna().any()
     assert capped.reindex(columns=["error"])["error"].isna().all()
+    rest = evaluate(ens, {"fast": _Fixed}, 2, skip={(1, "fast")})  # a stored row is not re-run
+    assert rest.loc[rest["method"] == "fast", "repetition"].tolist() == [0, 2]
 
 
 class _Fixed:
