@@ -13,7 +13,8 @@ import platform
 import re
 import time
 import tracemalloc
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,12 +224,25 @@ def evaluate(
     *,
     measure_memory: bool = False,
     on_error: str = "record",
+    isolate: bool = False,
+    timeout: float | None = None,
+    max_repetitions: Mapping[str, int] | None = None,
+    skip: Container[tuple[int, str]] = (),
 ) -> pd.DataFrame:
     """Run every fuser on every ensemble. One row per (repetition, method) with acc, nmi, ari,
-    seconds (wall), peak_mib (Python-heap peak from tracemalloc when measure_memory) and error.
-    Also a 'base' row per repetition: the mean score of the ensemble's own columns (the 'KM' of the
-    papers). on_error='record' keeps going and stores the exception text; 'raise' re-raises."""
+    seconds (wall), peak_mib and error. Also a 'base' row per repetition: the mean score of the
+    ensemble's own columns (the 'KM' of the papers). on_error='record' keeps going and stores the
+    exception text; 'raise' re-raises.
+
+    Memory: ``measure_memory`` in-process, peak_mib = the Python-heap peak from tracemalloc
+    (numpy arrays included, LAPACK/ARPACK work arrays not); ``isolate`` runs each fit in a forked
+    child (``isolated.run_isolated``): peak_mib = the child's peak resident MiB above its resident
+    MiB before the fit, and a fit longer than ``timeout`` seconds is killed and recorded as a
+    failure, the method's later repetitions as "skipped after a timeout". ``max_repetitions``:
+    method → run it on the first N ensembles only (no rows for the others); ``skip``: (repetition,
+    method) pairs not to run (no rows; a benchmark completing stored rows)."""
     rows = []
+    timed_out: dict[str, str] = {}
     for ens in ensembles:
         base = [_scores(ens.y, ens.labels[:, j]) for j in range(ens.labels.shape[1])]
         rows.append(
@@ -240,26 +254,68 @@ def evaluate(
             }
         )
         for name, factory in fusers.items():
+            if max_repetitions and ens.repetition >= max_repetitions.get(name, ens.repetition + 1):
+                continue
+            if (ens.repetition, name) in skip:
+                continue
             row = {"repetition": ens.repetition, "method": name}
-            try:
-                fuser = factory(n_clusters, ens.seed)
-                if measure_memory:
-                    tracemalloc.start()
-                t0 = time.perf_counter()
-                pred = fuser.fit_predict(ens.labels)
-                row["seconds"] = time.perf_counter() - t0
-                if measure_memory:
-                    row["peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
-                    tracemalloc.stop()
-                row.update(_scores(ens.y, pred))
-            except Exception as exc:  # a benchmark records failures instead of stopping
-                if tracemalloc.is_tracing():
-                    tracemalloc.stop()
-                if on_error == "raise":
-                    raise
-                row["error"] = f"{type(exc).__name__}: {exc}"
+            if name in timed_out:
+                rows.append(row | {"error": f"skipped after a timeout ({timed_out[name]})"})
+                continue
+            if isolate:
+                row |= _isolated_fit(factory, ens, n_clusters, timeout)
+                if row.get("error", "").startswith("timeout"):
+                    timed_out[name] = f"repetition {ens.repetition}: {row['error']}"
+            else:
+                row |= _in_process_fit(factory, ens, n_clusters, measure_memory, on_error)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _in_process_fit(
+    factory: FuserFactory, ens: Ensemble, n_clusters: int, measure_memory: bool, on_error: str
+) -> dict:
+    """One fit here: scores, seconds, tracemalloc peak_mib when ``measure_memory``, or error."""
+    row: dict = {}
+    try:
+        fuser = factory(n_clusters, ens.seed)
+        if measure_memory:
+            tracemalloc.start()
+        t0 = time.perf_counter()
+        pred = fuser.fit_predict(ens.labels)
+        row["seconds"] = time.perf_counter() - t0
+        if measure_memory:
+            row["peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+        row.update(_scores(ens.y, pred))
+    except Exception as exc:  # a benchmark records failures instead of stopping
+        if tracemalloc.is_tracing():
+            tracemalloc.stop()
+        if on_error == "raise":
+            raise
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def _isolated_fit(
+    factory: FuserFactory, ens: Ensemble, n_clusters: int, timeout: float | None
+) -> dict:
+    """One fit in a forked child: scores, seconds, peak_mib (resident, above the start), or the
+    failure's text (exception, crash or timeout) with the seconds waited."""
+    from adseg_research.isolated import run_isolated
+
+    def fit() -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a solver's notes would interleave with progress
+            return np.asarray(factory(n_clusters, ens.seed).fit_predict(ens.labels))
+
+    res = run_isolated(fit, timeout)
+    row = {"seconds": res["seconds"], "peak_mib": res["peak_mib"]}
+    if res["status"] == "ok":
+        row.update(_scores(ens.y, res["result"]))
+    else:
+        row["error"] = res["error"]
+    return row
 
 
 def summarize(

@@ -20,11 +20,15 @@ Entry point for ``adseg bench consensus``::
                preprocessing="raw", data_dir=None)
         -> pandas.DataFrame                              # one row per (set, repetition, method)
     format_table2(frame) -> str                          # Markdown, paper's numbers beside ours
+    format_table2_report(frame) -> str                   # + NMI, seconds, peak MiB, failures
+
+``all_methods(peers_src)`` adds adseg's other registered fusers (trce, sccbg, rcec, lta) and, given
+PCE's source folder, PCE's four peers (``adseg_research.peers``) to the default columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +44,11 @@ __all__ = [
     "PAPER_TABLE2",
     "TABLE2_DATASETS",
     "TEXT_DATASETS",
+    "all_methods",
     "default_methods",
+    "format_failures",
     "format_table2",
+    "format_table2_report",
     "format_set_means",
     "load_table2_features",
     "run_table2",
@@ -86,6 +93,27 @@ def default_methods() -> dict[str, FuserFactory]:
         "rcc (normalised)": lambda k, s: RCC(k, normalize=True, random_state=s),
         "rcc (l1)": lambda k, s: RCC(k, normalize="l1", random_state=s),
     }
+
+
+EXTRA_FUSERS = ("trce", "sccbg", "rcec", "lta")
+"""adseg's registered fusers beyond the default columns, selectable by name (``--method``)."""
+
+
+def all_methods(peers_src: str | Path | None = None) -> dict[str, FuserFactory]:
+    """Every selectable column: :func:`default_methods`, then adseg's fusers of
+    :data:`EXTRA_FUSERS` at their defaults, then, when ``peers_src`` (PCE's ``src`` folder) is
+    given, PCE's "PCE TRCE", "ECPCS-MC", "LWEA" and "U-SENC" (``peers.pce_factories``: a folder
+    that is not PCE's raises FileNotFoundError / ValueError naming it, before any fit)."""
+    from adseg.consensus import FUSERS
+
+    methods = default_methods()
+    for name in EXTRA_FUSERS:
+        methods[name] = lambda k, s, cls=FUSERS[name]: cls(n_clusters=k, random_state=s)
+    if peers_src is not None:
+        from adseg_research.peers import pce_factories
+
+        methods |= pce_factories(peers_src)
+    return methods
 
 
 def check_table2_name(name: str, data_dir: str | Path | None = None) -> None:
@@ -167,6 +195,10 @@ def run_table2(
     external: Callable[[list[Ensemble], int], pd.DataFrame] | None = None,
     kmeans_init: str = "k-means++",
     data_dir: str | Path | None = None,
+    isolate: bool = False,
+    timeout: float | None = None,
+    max_repetitions: Mapping[str, int] | None = None,
+    skip: Container[tuple[int, str]] = (),
 ) -> pd.DataFrame:
     """Run the Table 2 protocol.
 
@@ -180,6 +212,9 @@ def run_table2(
     progress : optional callback receiving one line per finished (set, preprocessing).
     kmeans_init : "k-means++" (default) or "random", the base k-means runs' initialisation.
     data_dir : the benchmark data folder; None: ``datasets.find_datasets_dir()``.
+    isolate, timeout, max_repetitions, skip : as ``bench.evaluate``: each fit in a forked child
+        with its peak resident memory (peak_mib) and a per-fit timeout; a method on the first N
+        repetitions only; (repetition, method) pairs not run (every set of the call).
     external : optional callback (ensembles, n_clusters) → frame with the columns of
         ``bench.evaluate`` (repetition, method, acc, nmi, ari, seconds, error), for methods run
         outside this process on the very same base clusterings (the peer library).
@@ -188,7 +223,7 @@ def run_table2(
     -------
     DataFrame, one row per (dataset, preprocessing, repetition, method) with columns dataset,
     preprocessing, n_items, n_classes, repetition, seed, method ("k-means" = mean of the base
-    clusterings), acc, nmi, ari, seconds, error.
+    clusterings), acc, nmi, ari, seconds, peak_mib (when measured), error.
     """
     methods = dict(default_methods() if methods is None else methods)
     preps = [preprocessing] if isinstance(preprocessing, str) else list(preprocessing)
@@ -204,7 +239,15 @@ def run_table2(
                 kmeans_init=kmeans_init,
                 data_dir=data_dir,
             )
-            frame = evaluate(ens, methods, k)
+            frame = evaluate(
+                ens,
+                methods,
+                k,
+                isolate=isolate,
+                timeout=timeout,
+                max_repetitions=max_repetitions,
+                skip=skip,
+            )
             if external is not None:
                 frame = pd.concat([frame, external(ens, k)], ignore_index=True)
             frame["method"] = frame["method"].replace({"base (mean)": "k-means"})
@@ -223,16 +266,53 @@ def run_table2(
     return out
 
 
+METRICS = {"acc": "ACC", "nmi": "NMI", "seconds": "seconds per fit", "peak_mib": "peak MiB"}
+"""The per-fit measures of a Table 2 frame (column → name in the tables)."""
+_SUMMARY = {"acc": ("acc_mean", "acc_std"), "nmi": ("nmi_mean", "nmi_std")}
+_SUMMARY |= {"seconds": ("seconds", None), "peak_mib": ("peak_mib", None)}
+
+
 def summarize_table2(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std of ACC and mean seconds per (dataset, preprocessing, method)."""
-    ok = frame[frame["error"].isna()]
-    g = ok.groupby(["dataset", "preprocessing", "method"], sort=False)
-    return g.agg(
+    """Per (dataset, preprocessing, method): mean and population std of ACC and NMI, mean seconds
+    and mean peak_mib over the fits that ran (NaN when none did), ``runs`` (fits that ran) and
+    ``fits`` (the repetitions of the set: a failed fit and a repetition not run both count)."""
+    keys = ["dataset", "preprocessing", "method"]
+    data = frame.copy()
+    for col in ("nmi", "seconds", "peak_mib"):
+        if col not in data:
+            data[col] = np.nan
+    ok = data[data["error"].isna()] if "error" in data else data
+    summ = ok.groupby(keys, sort=False).agg(
         acc_mean=("acc", "mean"),
         acc_std=("acc", lambda s: float(np.std(s))),
+        nmi_mean=("nmi", "mean"),
+        nmi_std=("nmi", lambda s: float(np.std(s))),
         seconds=("seconds", "mean"),
+        peak_mib=("peak_mib", "mean"),
         runs=("acc", "size"),
-    ).reset_index()
+    )
+    data["fits"] = data.groupby(keys[:2])["repetition"].transform("nunique")
+    out = data.groupby(keys, sort=False)["fits"].max().to_frame().join(summ)
+    out["runs"] = out["runs"].fillna(0).astype(int)
+    return out.reset_index()
+
+
+def _cell(entry: pd.Series, metric: str, digits: int) -> str:
+    """One table cell: mean (± std for ACC/NMI); "(runs/repetitions)" when some repetitions did
+    not run or failed; "failed (0/repetitions)" when none ran; "—" when there is nothing to show
+    (the k-means row's seconds)."""
+    if entry["runs"] == 0:
+        return f"failed (0/{entry['fits']})"
+    mean_col, std_col = _SUMMARY[metric]
+    mu = entry[mean_col]
+    if not np.isfinite(mu):
+        text = "—"
+    elif std_col is not None:
+        text = f"{mu:.{digits}f} ± {entry[std_col]:.{digits}f}"
+    else:
+        places = 0 if metric == "peak_mib" else 1 if mu >= 10 else 2  # seconds
+        text = f"{mu:.{places}f}"
+    return text if entry["runs"] == entry["fits"] else f"{text} ({entry['runs']}/{entry['fits']})"
 
 
 def format_table2(
@@ -241,15 +321,21 @@ def format_table2(
     paper: bool = True,
     methods: Iterable[str] | None = None,
     digits: int = 3,
+    metric: str = "acc",
 ) -> str:
-    """Markdown table: one row per (dataset, preprocessing), ACC mean ± std per method, the paper's
-    k-means / KC / L2CC / RCC beside them, and a final row with the mean ACC over the sets (one
-    per preprocessing when the frame has several, since a mean over raw and standardised rows
-    together would count each set twice)."""
+    """Markdown table: one row per (dataset, preprocessing), ``metric`` per method ("acc" and
+    "nmi": mean ± std over the repetitions; "seconds", "peak_mib": the mean), with
+    "(runs/repetitions)" after a cell where some did not run (failed, or not asked:
+    ``max_repetitions``) and "failed (0/N)" for one where none did; for ACC
+    the paper's k-means / KC / L2CC / RCC beside them (``paper``). For ACC and NMI a final row
+    holds the mean over the sets (one per preprocessing when the frame has several, since a mean
+    over raw and standardised rows together would count each set twice), marked "(k/N sets)"
+    when a method has a value on only k of the N sets."""
     summ = summarize_table2(frame)
     if methods is None:
         methods = list(dict.fromkeys(summ["method"]))
     methods = list(methods)
+    paper = paper and metric == "acc"
     paper_cols = ("k-means", "KC", "L2CC", "RCC")
     head = ["dataset", "prep", "n"] + methods
     if paper:
@@ -258,26 +344,33 @@ def format_table2(
     preps = list(dict.fromkeys(summ["preprocessing"]))
     means = {p: {m: [] for m in methods} for p in preps}
     sets: dict[str, list[str]] = {p: [] for p in preps}
+    mean_col = _SUMMARY[metric][0]
     for (name, prep), part in summ.groupby(["dataset", "preprocessing"], sort=False):
         sets[prep].append(name)
         row = [name, prep, str(int(frame.loc[frame["dataset"] == name, "n_items"].iloc[0]))]
         by = part.set_index("method")
         for m in methods:
-            if m in by.index:
-                mu, sd = by.loc[m, "acc_mean"], by.loc[m, "acc_std"]
-                row.append(f"{mu:.{digits}f} ± {sd:.{digits}f}")
-                means[prep][m].append(float(mu))
-            else:
-                row.append("—")
+            row.append(_cell(by.loc[m], metric, digits) if m in by.index else "—")
+            if m in by.index and np.isfinite(by.loc[m, mean_col]):
+                means[prep][m].append(float(by.loc[m, mean_col]))
         if paper:
             vals = PAPER_TABLE2.get(name)
             for c in paper_cols:
                 row.append(f"{vals[PAPER_COLUMNS.index(c)]:.2f}" if vals else "—")
         lines.append("| " + " | ".join(row) + " |")
+    if metric not in ("acc", "nmi"):
+        return "\n".join(lines)
     for prep in preps:
         label = "**mean**" if len(preps) == 1 else f"**mean ({prep})**"
+        n_sets = len(sets[prep])
         foot = [label, "", ""] + [
-            f"**{np.mean(v):.{digits}f}**" if v else "—" for v in means[prep].values()
+            (
+                f"**{np.mean(v):.{digits}f}**"
+                + ("" if len(v) == n_sets else f" ({len(v)}/{n_sets} sets)")
+            )
+            if v
+            else "—"
+            for v in means[prep].values()
         ]
         if paper:
             for c in paper_cols:
@@ -286,6 +379,38 @@ def format_table2(
                 ]
                 foot.append(f"{np.mean(vals):.3f}" if vals else "—")
         lines.append("| " + " | ".join(foot) + " |")
+    return "\n".join(lines)
+
+
+def format_table2_report(
+    frame: pd.DataFrame, *, methods: Iterable[str] | None = None, paper: bool = True
+) -> str:
+    """The markdown of ``adseg bench consensus``: the ACC table (:func:`format_table2`, paper
+    columns beside it), then NMI, seconds per fit and peak MiB per fit (when measured), then the
+    failures, one line per (set, preprocessing, method, error) with its repetitions."""
+    methods = None if methods is None else list(methods)
+    parts = [format_table2(frame, methods=methods, paper=paper)]
+    for metric in ("nmi", "seconds", "peak_mib"):
+        if metric in frame and frame[metric].notna().any():
+            table = format_table2(frame, methods=methods, paper=False, metric=metric)
+            parts += [f"{METRICS[metric]}:", table]
+    parts += ["Failures:", format_failures(frame)]
+    return "\n\n".join(parts)
+
+
+def format_failures(frame: pd.DataFrame) -> str:
+    """Markdown list of the failed fits, one line per (set, preprocessing, method, error) with the
+    repetitions it hit; "none." when every fit ran."""
+    if "error" not in frame or frame["error"].isna().all():
+        return "none."
+    failed = frame[frame["error"].notna()]
+    lines = []
+    for (name, prep, method, error), part in failed.groupby(
+        ["dataset", "preprocessing", "method", "error"], sort=False
+    ):
+        reps = ", ".join(str(int(r)) for r in part["repetition"])
+        text = str(error).replace("\n", " ")
+        lines.append(f"* {name} ({prep}), {method}, repetition(s) {reps}: {text}")
     return "\n".join(lines)
 
 

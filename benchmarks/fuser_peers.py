@@ -41,16 +41,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import datetime as dt  # noqa: E402
-import importlib  # noqa: E402
 import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-import types  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -59,6 +54,8 @@ import scipy  # noqa: E402
 
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
+from adseg_research import peers  # noqa: E402
+from adseg_research.isolated import run_isolated  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DATASETS = HERE.parent.parent / "shared" / "datasets"  # ../shared beside the repository
@@ -101,7 +98,7 @@ SHORT = {  # command-line names
 HELDOUT_METHODS = ["trce", TRCE_G1]
 FIELDS = ["part", "pool", "n", "c", "draw", "method", "status", "acc", "nmi", "k", "seconds"]
 FIELDS += ["peak_mib", "rss_mib", "error"]
-PCE_COMMIT = "8228a50"
+PCE_COMMIT = peers.PCE_COMMIT
 
 NOTES = [
     "* PCE methods are called through their cores (`pce.consensus.methods.*_core`) with the "
@@ -120,110 +117,32 @@ NOTES = [
     "near-null space of L differs, so the iterations can take another path); it is run only on "
     "request (`--methods trce_dense`) and only where n ≥ 1500 (below, it is trce).",
 ]
-_PCE: dict[str, object] = {}  # PCE core functions, loaded in the parent before any fork
+_PCE_SRC: list[Path] = []  # PCE's src folder, loaded in the parent before any fork
 
 
 def load_pce(src: Path) -> None:
-    """Import PCE's four cores from a checkout's ``src`` without running its package __init__s."""
-    root = src / "pce"
-    if not (root / "consensus" / "methods" / "trce_core.py").is_file():
-        sys.exit(f"--pce-src {src}: no pce/consensus/methods/trce_core.py there (need PCE's src/)")
-    for name, path in [
-        ("pce", root),
-        ("pce.consensus", root / "consensus"),
-        ("pce.consensus.methods", root / "consensus" / "methods"),
-    ]:
-        module = types.ModuleType(name)
-        module.__path__ = [str(path)]
-        sys.modules[name] = module
-    for key in ("trce", "ecpcs_mc", "lwea", "usenc"):
-        module = importlib.import_module(f"pce.consensus.methods.{key}_core")
-        _PCE[key] = getattr(module, f"{key}_core")
+    """Import PCE's four cores from a checkout's ``src`` (adseg_research.peers.load_pce)."""
+    try:
+        peers.load_pce(src)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"--pce-src: {exc}")
+    _PCE_SRC[:] = [Path(src)]
 
 
 def fit_labels(method: str, L: np.ndarray, c: int, seed: int) -> np.ndarray:
     kind, name, kwargs = METHODS[method]
-    if kind == "pce":
-        np.random.seed(seed)  # noqa: NPY002 — PCE's wrappers seed the global generator, as here
-        core = _PCE[name]
-        if name == "trce":
-            out = core(L.copy(), c, 0.01)  # wrapper default gamma = 0.01 (the paper's λ)
-        elif name == "ecpcs_mc":
-            out = core(L.copy(), 20, c)  # wrapper default theta (t) = 20
-        elif name == "lwea":
-            out = core(L.copy(), c, 10)  # wrapper default theta = 10
-        else:
-            out = core(L.copy(), c)
-        return np.asarray(out).ravel()
+    if kind == "pce":  # np.random.seed(seed), then the core with the wrapper's defaults
+        return peers.PCEFuser(name, c, seed, src=_PCE_SRC[0]).fit_predict(L)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return FUSERS[name](n_clusters=c, random_state=seed, **kwargs).fit(L).labels_
 
 
-def _status_kib(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return float(line.split()[1])
-    return float("nan")
-
-
-def _child(conn, method: str, L: np.ndarray, c: int, seed: int) -> None:
-    try:
-        try:  # reset the peak-RSS mark to the current RSS (Linux ≥ 4.0)
-            Path("/proc/self/clear_refs").write_text("5")
-            reset = True
-        except OSError:
-            reset = False
-        rss0 = _status_kib("VmRSS")
-        t0 = time.perf_counter()
-        labels = fit_labels(method, L, c, seed)
-        seconds = time.perf_counter() - t0
-        hwm = _status_kib("VmHWM")
-        peak = (hwm - rss0) / 1024 if reset else float("nan")
-        conn.send(("ok", np.asarray(labels), seconds, peak, hwm / 1024, ""))
-    except BaseException as exc:  # noqa: BLE001 — the text is the result
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" [at {Path(tb[-1].filename).name}:{tb[-1].lineno}]" if tb else ""
-        conn.send(("error", None, float("nan"), float("nan"), float("nan"), text + where))
-    finally:
-        conn.close()
-
-
 def run_fit(method: str, L: np.ndarray, c: int, seed: int, timeout: float) -> dict:
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, method, L, c, seed))
-    t0 = time.perf_counter()
-    proc.start()
-    child.close()
-    msg = None
-    if parent.poll(timeout):
-        try:
-            msg = parent.recv()
-        except EOFError:
-            msg = None
-    proc.join(5 if msg is not None else 0.1)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-    if msg is None:
-        waited = time.perf_counter() - t0
-        text = (
-            f"timeout after {timeout:.0f} s"
-            if waited >= timeout
-            else f"child died, exit code {proc.exitcode} (killed for memory?)"
-        )
-        return {"status": "error", "seconds": waited, "error": text}
-    status, labels, seconds, peak, rss, error = msg
-    return {
-        "status": status,
-        "labels": labels,
-        "seconds": seconds,
-        "peak_mib": peak,
-        "rss_mib": rss,
-        "error": error,
-    }
+    """One fit in a forked child (adseg_research.isolated.run_isolated): labels, seconds,
+    peak_mib, rss_mib, status and error."""
+    res = run_isolated(lambda: np.asarray(fit_labels(method, L, c, seed)), timeout)
+    return {"labels": res.pop("result")} | res
 
 
 def draw_ensemble(members: np.ndarray, y: np.ndarray, draw: int, m: int = 20):
