@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from segments_payoff import one_run  # noqa: E402
 
+import adseg.views.ks  # noqa: E402
 from adseg_research.bench import machine_summary, write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "ks_partners.md"
@@ -32,6 +33,7 @@ SOURCES = ("recommended", "model", "rcc", "l2", "win_rate", "ecpm", "truth")
 
 
 def run_all(args) -> pd.DataFrame:
+    adseg.views.ks.SAMPLED_MIN_N = 2  # the design at any size (the nightly: from 5,000)
     frames = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
@@ -76,7 +78,9 @@ def render(frame: pd.DataFrame, command: str) -> str:
             "",
             f"Command: `{command}`",
             "",
-            "`partners` = `NightlyConfig.ks_partners` (`all` = None: every pair compared).",
+            "`partners` = `NightlyConfig.ks_partners` (`all` = None: every pair compared), applied"
+            " at this size (`views.ks.SAMPLED_MIN_N` lowered to 2; the nightly applies it from"
+            " 5,000 advertisers on).",
             "MAPE in %, mean over the markets; supply = actual; fusers rcc and l2.",
             "",
             "## MAPE by source",

@@ -229,12 +229,16 @@ def test_sampled_pairs_cover_every_pair_evenly():
     assert upper.std() < 0.05  # binomial(200, 0.16) / 200: std 0.026
 
 
-def test_ks_view_samples_pairs_above_ks_partners_and_records_it():
+def test_ks_view_samples_pairs_above_ks_partners_and_records_it(monkeypatch):
     """A KS view of more advertisers than ks_partners + 1 is built on sampled graphs (the
     columns say "sampled"); with ks_partners=None or below the size it is the exact view, the
     same labels as before the option existed (dense path)."""
+    import adseg.views.ks as ks
     from adseg.views.ks import ks_view
 
+    default = ks_view([np.arange(6.0)] * 300, "win_rate", ViewConfig(ks_partners=10))
+    assert set(default.columns["graph"]) == {"dense"}  # below SAMPLED_MIN_N: all pairs
+    monkeypatch.setattr(ks, "SAMPLED_MIN_N", 2)
     rng = np.random.default_rng(5)
     samples = [rng.lognormal(0.8 * (k % 3), 0.3, 30) for k in range(300)]
     exact = ks_view(samples, "win_rate", ViewConfig(ks_partners=None), random_state=0)

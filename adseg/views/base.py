@@ -48,11 +48,11 @@ class ViewConfig:
     text_components : LSA dimensions before k-means (None = k-means on the raw TF-IDF rows).
     text_min_df, text_max_features, text_stop_words : TfidfVectorizer settings.
     ks_memory_mb : block-table budget of the KS computation (adseg.landscape).
-    ks_partners : with more advertisers than ks_partners + 1, each KS view compares every
-        advertiser with about this many others drawn at random (``views.ks.ks_sampled_pairs``)
-        instead of with all of them, so its cost and graph grow as n · ks_partners, not n²;
-        None = compare all pairs at every size. Below the size, the views are exactly as with
-        None. Evidence for the default: docs/algorithms/ks.md.
+    ks_partners : a KS view of at least ``views.ks.SAMPLED_MIN_N`` (5,000) advertisers, and
+        more than ks_partners + 1, compares every advertiser with about this many others drawn
+        at random (``views.ks.ks_sampled_pairs``) instead of with all of them, so its cost and
+        graph grow as n · ks_partners, not n²; None = compare all pairs at every size. Smaller
+        views are exactly as with None. Evidence for the default: docs/algorithms/ks.md.
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
     blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
         the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS

@@ -30,6 +30,10 @@ from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
 
+SAMPLED_MIN_N = ncut.SPARSE_MIN_N
+"""Views of fewer advertisers compare every pair whatever ``ks_partners``: below it the exact
+graphs are small and the all-pairs kernel is faster than the pair kernel (docs/algorithms/ks.md)."""
+
 __all__ = ["ks_graph", "ks_sampled_pairs", "ks_sparse_graphs", "ks_view"]
 
 
@@ -229,7 +233,12 @@ def _graph_kind(dense: bool, n: int, partners: int | None) -> str:
     (``partners`` random partners each)."""
     if dense:
         return "dense"
-    return "sampled" if partners is not None and n > partners + 1 else "sparse"
+    return "sampled" if _sampled(n, partners) else "sparse"
+
+
+def _sampled(n: int, partners: int | None) -> bool:
+    """Whether a view of n advertisers is built on the random partner design."""
+    return partners is not None and n >= SAMPLED_MIN_N and n > partners + 1
 
 
 def _distances_or_graphs(
@@ -240,7 +249,7 @@ def _distances_or_graphs(
     (ks_sparse_graphs, on ``config.ks_partners`` random partners when n > ks_partners + 1),
     no n×n array. On the sparse path ``keep_distances`` keeps nothing (a warning says so)."""
     n, partners = len(samples), config.ks_partners
-    sampled = partners is not None and n > partners + 1
+    sampled = _sampled(n, partners)
     if n < ncut.SPARSE_MIN_N and not sampled:
         return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None
     if config.keep_distances:
