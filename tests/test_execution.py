@@ -97,9 +97,7 @@ def test_fusers_on_a_scheduler_equal_those_fitted_here(scheduler):
 
 @pytest.mark.parametrize("how", ["option", "environment"])
 @pytest.mark.parametrize("command", ["nightly", "segment"])
-def test_an_unreachable_scheduler_is_exit_75_and_one_line(
-    engine, db_url, market_dir, how, command
-):
+def test_an_unreachable_scheduler_is_exit_75_and_one_line(engine, db_url, market_dir, how, command):
     """As a database server that cannot be reached: one line naming it, exit 75, and nothing
     written (no run row; the lock free)."""
     write_batch(engine, read_directory(market_dir))
