@@ -37,10 +37,19 @@ class SchedulerUnreachable(Exception):
         super().__init__(f"the dask scheduler {address} cannot be reached ({reason})")
 
 
+def _distributed():
+    """The distributed package, imported (~1 s, the first time), its own log lines (a cluster
+    started, a worker closed) at WARNING and above: they are not the run's."""
+    import distributed
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    return distributed
+
+
 def connect(address: str):
     """A distributed.Client connected to the scheduler at ``address`` (``tcp://host:8786``),
     tried for CONNECT_TIMEOUT_S seconds; SchedulerUnreachable if it cannot be."""
-    from distributed import Client
+    Client = _distributed().Client  # noqa: N806 - the class
 
     try:
         return Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
@@ -78,13 +87,15 @@ def _embedded_cluster(n_workers: int) -> Iterator:
     worker starts with them blocked until :func:`dask_setup` has set its handlers (a stop then
     lands in this process's main thread, once the cluster is there to be stopped)."""
     import dask
-    from distributed import Client, LocalCluster
 
+    distributed = _distributed()
     cluster = client = None
+    engine_log = logging.getLogger("distributed")
+    level = engine_log.level
     with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
         try:
             with signals_deferred():
-                cluster = LocalCluster(
+                cluster = distributed.LocalCluster(
                     n_workers=n_workers,
                     threads_per_worker=1,
                     processes=True,
@@ -93,16 +104,22 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     silence_logs=logging.CRITICAL,
                     preload=[__name__],  # dask_setup, in each worker
                 )
-                client = Client(cluster, set_as_default=False)
+                client = distributed.Client(cluster, set_as_default=False)
             yield client
         except BaseException:
-            _kill_workers(cluster)  # a running task would delay a graceful close
+            # a running task would delay a graceful close; the cluster's warnings as it loses
+            # the workers (results lost, workers restarted until it closes) say nothing of use
+            engine_log.setLevel(logging.ERROR)
+            _kill_workers(cluster)
             raise
         finally:
-            if client is not None:
-                client.close()
-            if cluster is not None:
-                cluster.close()
+            try:
+                if client is not None:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+            finally:
+                engine_log.setLevel(level)
 
 
 def _kill_workers(cluster) -> None:

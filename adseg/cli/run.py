@@ -83,6 +83,7 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     if ours:  # UTC, as the job log's own lines and `adseg runs`
         logging.getLogger().handlers[0].formatter.converter = time.gmtime
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("asyncio").setLevel(logging.WARNING)  # the engine's event loops
 
 
 NightlyFusers = Annotated[
