@@ -156,8 +156,9 @@ def _run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
     cancels the futures, and an embedded cluster's workers are killed as it closes. Futures are
     polled, not awaited in the engine's own wait: a stop signal's exception is raised in the
     sleep between polls, and one whose exception was lost still stops the stage
-    (interrupts.check_pending)."""
-    from adseg.app.execution import dask_client
+    (interrupts.check_pending). A future cancelled meanwhile (not by this loop) is a scheduler
+    that went away: SchedulerUnreachable, for every fuser."""
+    from adseg.app.execution import SchedulerUnreachable, dask_client
 
     with dask_client(scheduler, n_workers) as client:
         futures = {}
@@ -171,7 +172,10 @@ def _run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
                 if not done:
                     time.sleep(poll)
                 for name in done:
-                    yield name, running.pop(name).result
+                    if (future := running.pop(name)).status == "cancelled":
+                        where = scheduler or "of the embedded cluster"
+                        raise SchedulerUnreachable(where, "the connection was lost during the run")
+                    yield name, future.result
         finally:
             pending = [f for f in futures.values() if not f.done()]
             if pending:

@@ -157,3 +157,30 @@ def test_the_embedded_cluster_leaves_no_process_behind():
     labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
     fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
+    """A scheduler that goes away while the fusers run: SchedulerUnreachable (a run's exit 75),
+    not a fuser's failure to skip."""
+    import threading
+
+    from distributed import LocalCluster
+
+    from adseg import fusion
+    from adseg.app.execution import SchedulerUnreachable
+
+    def slow(*args):  # a local function: shipped by value to the spawned worker
+        import time
+
+        time.sleep(60)
+
+    monkeypatch.setattr(fusion, "_fit_one", slow)
+    labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)
+    closing = threading.Timer(1, cluster.close)
+    closing.start()
+    try:
+        with pytest.raises(SchedulerUnreachable, match="connection was lost during the run"):
+            fuse(labels, ["l2", "rcc"], 4, 0, "rcc", scheduler=cluster.scheduler_address)
+    finally:
+        closing.join()
