@@ -17,6 +17,7 @@ once; a kill -9 of this process ends them too (each watches a pipe to its parent
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from collections.abc import Iterator
@@ -114,10 +115,15 @@ def _embedded_cluster(n_workers: int) -> Iterator:
             raise
         finally:
             try:
-                if client is not None:
-                    client.close()
-                if cluster is not None:
-                    cluster.close()
+                # deferred: closing drops objects whose weakref callbacks run in this thread,
+                # where a stop's exception would be lost with an "Exception ignored" traceback
+                with signals_deferred():
+                    if client is not None:
+                        client.close()
+                    if cluster is not None:
+                        cluster.close()
+                    del client, cluster
+                    gc.collect()
             finally:
                 engine_log.setLevel(level)
 
