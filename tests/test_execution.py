@@ -151,12 +151,13 @@ def test_what_is_shipped_to_the_workers_is_arrays_and_plain_values(monkeypatch):
 
 
 def test_the_embedded_cluster_leaves_no_process_behind():
-    """Its worker processes end with the stage, after a success as after a failing primary."""
+    """Its worker processes end with the stage (those of a cluster a test started stay)."""
     import multiprocessing
 
+    before = set(multiprocessing.active_children())
     labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
     fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2)
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= before
 
 
 def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):

@@ -100,7 +100,10 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     n_workers=n_workers,
                     threads_per_worker=1,
                     processes=True,
+                    host="127.0.0.1",
                     dashboard_address=None,
+                    # its HTTP routes (health, metrics) on a free local port, not on :8787
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                     memory_limit=0,  # as the worker processes before: no memory manager
                     silence_logs=logging.CRITICAL,
                     preload=[__name__],  # dask_setup, in each worker
