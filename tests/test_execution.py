@@ -18,6 +18,8 @@ from adseg.store.load import write_batch
 
 runner = CliRunner()
 FUSERS = ("rcc", "l2", "sccbg")
+_QUIET = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}
+"""A test cluster's HTTP routes on a free local port (:8787 may be taken)."""
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +38,7 @@ def scheduler():
     processes (spawned: nothing of this process is inherited), one thread each."""
     from distributed import LocalCluster
 
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, **_QUIET) as cluster:
         yield cluster.scheduler_address
 
 
@@ -177,7 +177,7 @@ def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
 
     monkeypatch.setattr(fusion, "_fit_one", slow)
     labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, **_QUIET)
     closing = threading.Timer(1, cluster.close)
     closing.start()
     try:
