@@ -1,12 +1,11 @@
-"""Fuser fits for a run: each fuser on the base clusterings, in this process or one worker
-process per fuser (``n_jobs``), with its warnings kept as notes and stop signals honoured.
-Memory: each worker holds its own fuser's arrays."""
+"""Fuser fits for a run: each fuser on the base clusterings, in this process or as tasks of the
+execution engine (:mod:`adseg.app.execution`: a dask scheduler, or ``n_jobs`` worker processes
+on this machine), with its warnings kept as notes and stop signals honoured. Memory: each
+worker holds its own fuser's arrays."""
 
 from __future__ import annotations
 
 import logging
-import signal
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -17,14 +16,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from adseg.consensus import FUSERS
-from adseg.interrupts import (
-    STOP_SIGNALS,
-    TERMINATING,
-    check_pending,
-    first_line,
-    handled_stops,
-    signals_deferred,
-)
+from adseg.interrupts import check_pending, first_line
 
 log = logging.getLogger("adseg.pipeline")
 
@@ -37,7 +29,7 @@ Progress = Callable[[str], None]
 def _fit_one(
     name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict, weights=None
 ):
-    """One fuser's labels, wall seconds and notes (runs in a worker process when n_jobs > 1);
+    """One fuser's labels, wall seconds and notes (a task of the engine when n_jobs > 1);
     ``options`` are its constructor arguments beside n_clusters and random_state.
 
     The notes are the fit's warnings, each once (a solver at its iteration limit, k-means
@@ -102,16 +94,18 @@ def fuse(
     n_jobs: int = 1,
     options: dict | None = None,
     weights: np.ndarray | None = None,
+    scheduler: str | None = None,
 ) -> Fusion:
     """Stage 3: every fuser on the base clusterings (a :class:`Fusion`); a failing alternative
     fuser is recorded and skipped, a failing primary fuser raises, a fuser's notes are logged.
 
     ``options`` ({fuser: {parameter: value}}, checked by :func:`check_fuser_options`) are
     passed to the fusers' constructors; ``weights`` (one per base clustering) to those that
-    take per-clustering weights. ``n_jobs`` > 1 runs the fusers in that many worker
-    processes (each with one BLAS thread): they are independent, and the slowest (lta, rcc)
-    dominate, so two cores nearly halve the stage. Memory: each worker holds its own fuser's
-    n×n arrays."""
+    take per-clustering weights. ``scheduler`` (a dask scheduler's address) runs the fusers as
+    tasks there; else ``n_jobs`` > 1 runs them on an embedded cluster of that many worker
+    processes (each with one BLAS thread; :mod:`adseg.app.execution`): they are independent, and
+    the slowest (lta, rcc) dominate, so two cores nearly halve the stage. Memory: each worker
+    holds its own fuser's n×n arrays."""
     segmentations, seconds, errors, notes = {}, {}, {}, {}
     options = options or {}
 
@@ -137,7 +131,7 @@ def fuse(
             for note in found:
                 log.warning("fuser %s: %s", name, note)
 
-    if n_jobs <= 1 or len(names) <= 1:
+    if not scheduler and (n_jobs <= 1 or len(names) <= 1):
         for name in names:
             if progress:
                 progress(f"fusing with {name}")
@@ -149,127 +143,59 @@ def fuse(
             )
         return Fusion(segmentations, seconds, errors, notes)
     if progress:
-        progress(f"fusing with {', '.join(names)} ({n_jobs} processes)")
-    # slowest first, so the two workers finish close together (costs measured at n = 1,268)
-    slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
-    # closing(): a failing primary fuser raised by record() stops the other workers at once
-    fits = _fit_in_processes(slow_first, labels, n_segments, seed, n_jobs, options, weights)
-    with closing(fits) as finished:
+        where = scheduler or f"{min(n_jobs, len(names))} processes"
+        progress(f"fusing with {', '.join(names)} ({where})")
+    tasks = fuser_tasks(names, labels, n_segments, seed, options, weights)
+    # closing(): a failing primary fuser raised by record() stops the other tasks at once
+    with closing(_run_tasks(tasks, scheduler, min(n_jobs, len(names)))) as finished:
         for name, outcome in finished:
             record(name, outcome)
     in_order = {n: segmentations[n] for n in names if n in segmentations}
     return Fusion(in_order, seconds, errors, {n: notes[n] for n in names if n in notes})
 
 
-def _fit_in_processes(
-    names,
-    labels,
-    n_segments: int,
-    seed: int,
-    n_jobs: int,
-    options: dict,
-    weights=None,
-    poll: float = 0.5,
-):
-    """Fit the fusers ``names`` (with their ``options``) in at most ``n_jobs`` worker processes
-    at a time; yields (name, outcome) as each finishes, outcome() returning (labels, seconds) or
-    raising the worker's exception.
-
-    One process and one pipe per fuser, not a multiprocessing.Pool: a Pool's idle workers wait
-    for tasks holding a lock they share, and a stop signal sent to the whole process group (a
-    terminal's hang-up, systemd's control-group kill, ``kill -- -PGID``) kills such a worker
-    while it holds it; the Pool's terminate() then waits for that lock for ever, and the run
-    hung holding the nightly lock. Here nothing is shared: whatever ends the loop (Ctrl-C,
-    SIGTERM, a failing primary fuser raised by the caller) kills and reaps the workers still
-    running. Each worker is forked with stop signals deferred: raised in an at-fork hook, a
-    stop's exception was swallowed there with an 'Exception ignored' traceback on stderr.
-    Results are awaited in short polls so that a stop signal whose exception was lost
-    nonetheless still stops the stage (interrupts.check_pending)."""
-    import multiprocessing
-    from multiprocessing.connection import wait
-
-    waiting, running = list(names), {}
-    try:
-        while waiting or running:
-            while waiting and len(running) < n_jobs:
-                name = waiting.pop(0)
-                receive, send = multiprocessing.Pipe(duplex=False)
-                args = (send, name, labels, n_segments, seed, options.get(name, {}), weights)
-                worker = multiprocessing.Process(target=_fuser_worker, args=args, daemon=True)
-                # deferred: a stop raised in an at-fork hook printed a traceback. The worker is
-                # counted as running inside: a stop delivered as the block ends left it out of
-                # those killed below, computing on (until this process exited)
-                with signals_deferred():
-                    worker.start()
-                    running[receive] = (name, worker)
-                send.close()  # the worker's end: EOF here once the worker is gone
-            check_pending()
-            for receive in wait(list(running), timeout=poll):
-                name, worker = running.pop(receive)
-                yield name, _worker_outcome(name, receive, worker)
-    finally:
-        for receive, (_, worker) in running.items():
-            worker.kill()
-            worker.join()
-            receive.close()
+def fuser_tasks(
+    names, labels: np.ndarray, n_segments: int, seed: int, options: dict, weights=None
+) -> list[tuple[str, tuple]]:
+    """(fuser name, arguments of ``_fit_one``) for each fuser, slowest first (so that the
+    workers finish close together; costs measured at n = 1,268): what is shipped to a worker,
+    arrays and plain values only."""
+    slow_first = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 0)
+    return [
+        (name, (name, labels, n_segments, seed, options.get(name, {}), weights))
+        for name in slow_first
+    ]
 
 
-def _worker_outcome(name: str, receive, worker) -> Callable:
-    """The outcome of a finished worker (see ``_fit_in_processes``); closes its pipe."""
-    try:
-        status, payload = receive.recv()
-    except EOFError:  # it died without a word (killed, out of memory)
-        status, payload = "died", None
-    finally:
-        receive.close()
-    worker.join()
-    if status == "died":
-        status = "error"
-        payload = RuntimeError(f"the {name} worker process died (exit code {worker.exitcode})")
-    if status == "error":
+def _run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
+    """Submit ``tasks`` (:func:`fuser_tasks`) to the engine and yield (name, outcome) as each
+    finishes, outcome() returning ``_fit_one``'s result or raising the task's exception.
 
-        def outcome():
-            raise payload
+    Whatever ends the loop (Ctrl-C, SIGTERM, a failing primary fuser raised by the caller)
+    cancels the futures, and an embedded cluster's workers are killed as it closes. Futures are
+    polled, not awaited in the engine's own wait: a stop signal's exception is raised in the
+    sleep between polls, and one whose exception was lost still stops the stage
+    (interrupts.check_pending). A future cancelled meanwhile (not by this loop) is a scheduler
+    that went away: SchedulerUnreachable, for every fuser."""
+    from adseg.app.execution import SchedulerUnreachable, dask_client
 
-        return outcome
-    return lambda: payload
-
-
-def _fuser_worker(
-    send, name: str, labels: np.ndarray, n_segments: int, seed: int, options: dict, weights=None
-) -> None:
-    """A worker process's body: one fuser's (labels, seconds), or its exception, sent back."""
-    _worker_init()
-    try:
-        message = ("ok", _fit_one(name, labels, n_segments, seed, options, weights))
-    except Exception as exc:
-        message = ("error", exc)
-    try:
-        send.send(message)
-    except Exception as exc:  # an exception that does not pickle
-        send.send(("error", RuntimeError(f"{type(message[1]).__name__}: {message[1]}; {exc}")))
-    finally:
-        send.close()
-
-
-def _worker_init() -> None:
-    """In each fuser worker: Ctrl-C (SIGINT to the whole process group) is the parent's to
-    handle — it marks the run failed and kills the workers — so a worker ignores it rather
-    than print its own traceback; SIGTERM and SIGHUP get their default actions back (the parent's
-    handlers are inherited by fork) unless the parent ignores them (``nohup``: a hang-up that
-    spares the run must spare its workers); and on Linux the worker is killed if the parent
-    dies (kill -9), so no orphan keeps computing."""
-    for signum in set(handled_stops()) & set(TERMINATING):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # forked inside signals_deferred(): the parent's blocked mask is inherited
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    if sys.platform == "linux":
-        import ctypes
-
+    with dask_client(scheduler, n_workers) as client:
+        futures = {}
         try:
-            # SIGKILL, not SIGTERM: a worker of a process started with SIGTERM ignored keeps it
-            # ignored (above), and an orphan would compute on
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+            for rank, (name, args) in enumerate(tasks):
+                futures[name] = client.submit(_fit_one, *args, pure=False, priority=-rank)
+            running = dict(futures)
+            while running:
+                check_pending()
+                done = [name for name, future in running.items() if future.done()]
+                if not done:
+                    time.sleep(poll)
+                for name in done:
+                    if (future := running.pop(name)).status == "cancelled":
+                        where = scheduler or "of the embedded cluster"
+                        raise SchedulerUnreachable(where, "the connection was lost during the run")
+                    yield name, future.result
+        finally:
+            pending = [f for f in futures.values() if not f.done()]
+            if pending:
+                client.cancel(pending)

@@ -110,6 +110,8 @@ class NightlyConfig:
     truth_path: str | None = None
     blas_threads: int | None = 1
     n_jobs: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    # a dask scheduler's address: the fusers run there (None: on this machine, n_jobs processes)
+    scheduler: str | None = None
     # {fuser: {parameter: value}}, constructor arguments beside n_clusters and random_state
     # (``--fuser-option rcc.normalize=true``), checked and keyed by canonical name on creation
     fuser_options: dict = field(default_factory=dict)
@@ -556,6 +558,7 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
         n_jobs=config.n_jobs,
         options=config.fuser_options,
         weights=bt_weights,
+        scheduler=config.scheduler,
     )
     sources.update(fusion.segmentations)
     scores = backtest.score(sources, random_state=config.seed)

@@ -1935,13 +1935,15 @@ def test_a_stop_as_a_fuser_worker_is_started_stops_that_worker_too(monkeypatch):
 
     from adseg.interrupts import Terminated, signals_as_exceptions
 
-    real_start = multiprocessing.Process.start
+    # BaseProcess: the engine starts its workers as a context's ForkProcess, which is not a
+    # multiprocessing.Process subclass
+    real_start = multiprocessing.process.BaseProcess.start
 
     def start_then_stop(self):
         real_start(self)
         os.kill(os.getpid(), signal.SIGTERM)  # held back until the worker has been started
 
-    monkeypatch.setattr(multiprocessing.Process, "start", start_then_stop)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_then_stop)
     labels = np.random.default_rng(0).integers(0, 8, size=(300, 10))
     try:
         with signals_as_exceptions(), pytest.raises(Terminated):

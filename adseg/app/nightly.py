@@ -134,6 +134,7 @@ def _fuse_stage(
         n_jobs=config.n_jobs,
         options=config.fuser_options,
         weights=chosen.weights,
+        scheduler=config.scheduler,
     )
     segmentations = pipeline.view_sources(
         views, n_segments, config, data.win_samples, data.cost_samples, chosen.model_labels

@@ -99,6 +99,7 @@ def run_segment(
             progress,
             options=config.fuser_options,
             weights=_stored_weights(stored, columns),
+            scheduler=config.scheduler,
         )
         fused, errors = fusion.segmentations, fusion.errors
         segmentations = _single_views_again(engine, run, ids, labels, columns, k, config)

@@ -24,7 +24,8 @@ from adseg.interrupts import (
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, the database server cannot be reached; retry
+EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: the lock is held, a server (database, dask scheduler) cannot be
+# reached; retry
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports `yes | head -1`'s yes
 # a file that could not be written for the machine's sake, not the user's: EXIT_FAILED
@@ -63,6 +64,7 @@ def handle_errors(fn: Callable) -> Callable:
         try:
             # imported inside: a stop during these (slow, first) imports is a stop like any
             # other, not a traceback; the stop clause comes first, before these names are needed
+            from adseg.app.execution import SchedulerUnreachable
             from adseg.app.runs import RunFailed
             from adseg.ingest import IngestError
             from adseg.store.errors import DatabaseError
@@ -94,6 +96,8 @@ def handle_errors(fn: Callable) -> Callable:
             )
         except DatabaseError as exc:
             _fail(*_database_failure(exc))
+        except SchedulerUnreachable as exc:
+            _fail(str(exc), EXIT_TEMPFAIL)
         except ValueError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
         except OSError as exc:  # a file we were asked to read or write: say which, and why
@@ -118,6 +122,7 @@ def _run_failure(exc) -> tuple[str, int]:
     """The line and exit code of an app.runs.RunFailed: "run N failed: <why>" (the run's row says
     so too) and 1, or 75 when its cause is a database server that went away (retry later); a
     run that completed before the error says that it is kept."""
+    from adseg.app.execution import SchedulerUnreachable
     from adseg.store.errors import DatabaseError
 
     cause = exc.__cause__
@@ -126,6 +131,8 @@ def _run_failure(exc) -> tuple[str, int]:
     if isinstance(cause, DatabaseError):
         message, code = _database_failure(cause)
         return f"run {exc.run_id} failed: {message}", code if code == EXIT_TEMPFAIL else EXIT_FAILED
+    if isinstance(cause, SchedulerUnreachable):
+        return f"run {exc.run_id} failed: {cause}", EXIT_TEMPFAIL
     if isinstance(cause, ValueError):  # the checks' own words, as before a run
         return f"run {exc.run_id} failed: {cause}", EXIT_FAILED
     return str(exc), EXIT_FAILED

@@ -124,6 +124,26 @@ FuserOption = Annotated[
         'alone: half its default\'s time). VALUE is JSON (true, 1e-5, "l1") or else text.',
     ),
 ]
+Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        envvar="ADSEG_DASK_SCHEDULER",
+        show_envvar=True,
+        help="Run the fusers on the dask.distributed scheduler at ADDRESS (tcp://host:8786); "
+        "default: worker processes on this machine.",
+    ),
+]
+
+
+def _check_scheduler(address: str | None) -> None:
+    """Exit 75 with one line (SchedulerUnreachable, mapped by handle_errors) unless the
+    scheduler at ``address`` answers; nothing without one. Before the run: its lock not taken."""
+    if address:
+        from adseg.app.execution import check_scheduler
+
+        check_scheduler(address)
 
 
 def _fuser_options(texts: list[str] | None) -> dict[str, dict]:

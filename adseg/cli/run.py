@@ -31,6 +31,7 @@ from adseg.cli.options import (
     MinSamples,
     Quiet,
     RunSeed,
+    Scheduler,
     Seed,
     SpendPrice,
     Supply,
@@ -38,6 +39,7 @@ from adseg.cli.options import (
     SupplyModel,
     TrainEnd,
     TrainStart,
+    _check_scheduler,
     _forecast_options,
     _fuser_options,
 )
@@ -81,6 +83,7 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     if ours:  # UTC, as the job log's own lines and `adseg runs`
         logging.getLogger().handlers[0].formatter.converter = time.gmtime
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("asyncio").setLevel(logging.WARNING)  # the engine's event loops
 
 
 NightlyFusers = Annotated[
@@ -138,6 +141,7 @@ def nightly(
     truth: Truth = None,
     report_html: ReportHtml = None,
     report_json: ReportJson = None,
+    scheduler: Scheduler = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -147,8 +151,8 @@ def nightly(
     Exit codes: 0 done, 1 the run failed (recorded in its run row) or completed but a report
     file could not be written, 2 bad input, 75 another
     nightly run holds the lock, another process has held the SQLite database's write lock for
-    30 s, or the database server cannot be reached, turns the login away for now or goes away
-    during the run (retry later),
+    30 s, the database server cannot be reached, turns the login away for now or goes away
+    during the run, or the --scheduler cannot be reached (retry later),
     130 / 143 / 129 stopped by Ctrl-C / SIGTERM / SIGHUP, 141 the reader of a report written to
     standard output went away."""
     from adseg.pipeline import NightlyConfig
@@ -180,11 +184,13 @@ def nightly(
         truth_path=str(truth) if truth else None,
         fuser_options=options,
         paper_fusion=paper_fusion,
+        scheduler=scheduler,
         **forecast_options,
     )
     config.fuser_names()  # validate names before taking the lock
     if truth is not None:
         _check_truth(engine, truth)
+    _check_scheduler(scheduler)
     result = _run_nightly(engine, windows, config, reports, quiet)
     _finish_nightly(engine, result, windows, reports, quiet)
 
@@ -506,6 +512,7 @@ def segment_command(
     ] = None,
     seed: RunSeed = None,
     fuser_option: FuserOption = None,
+    scheduler: Scheduler = None,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -527,8 +534,10 @@ def segment_command(
         n_segments=segments,
         seed=_run_seed(engine, run, seed),
         fuser_options=options,
+        scheduler=scheduler,
     )
     config.fuser_names()
+    _check_scheduler(scheduler)
     try:
         done = run_segment(engine, run, config)
     except RunLockedError as exc:

@@ -1,0 +1,187 @@
+"""adseg.app.execution: the fusers as dask.distributed tasks, on a scheduler or embedded."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from adseg.cli import app
+from adseg.fusion import fuse, fuser_tasks
+from adseg.ingest import read_directory
+from adseg.simulate import MarketplaceConfig, simulate_marketplace, write_marketplace
+from adseg.store import results as store
+from adseg.store.load import write_batch
+
+runner = CliRunner()
+FUSERS = ("rcc", "l2", "sccbg")
+_QUIET = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}
+"""A test cluster's HTTP routes on a free local port (:8787 may be taken)."""
+
+
+@pytest.fixture(scope="module")
+def market_dir(tmp_path_factory):
+    """A small marketplace: 200 advertisers, 12 segments, 7 + 7 days (built once)."""
+    out = tmp_path_factory.mktemp("market")
+    write_marketplace(
+        simulate_marketplace(MarketplaceConfig(n_advertisers=200, n_segments=12, seed=7)), out
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """The address of a dask.distributed cluster started here: a scheduler and 2 worker
+    processes (spawned: nothing of this process is inherited), one thread each."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, **_QUIET) as cluster:
+        yield cluster.scheduler_address
+
+
+def _free_port() -> int:
+    """A local TCP port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_nightly_on_a_scheduler_equals_the_in_process_nightly(
+    engine, db_url, market_dir, scheduler
+):
+    """The same nightly with its fusers (and its backtest's) fitted one after another in this
+    process, and as tasks on a dask.distributed cluster (a scheduler and 2 worker processes),
+    through the app and through `adseg nightly --scheduler`: the same segments of every source
+    and the same MAPE."""
+    from adseg.app.nightly import run_nightly
+    from adseg.pipeline import NightlyConfig
+
+    write_batch(engine, read_directory(market_dir))
+    config = dict(fusers=FUSERS, seed=0, supply="actual", truth_path=str(market_dir / "truth.csv"))
+    local_run = run_nightly(engine, config=NightlyConfig(**config, n_jobs=1)).run_id
+    dask_run = run_nightly(engine, config=NightlyConfig(**config, scheduler=scheduler)).run_id
+    args = ["nightly", "--database-url", db_url, "--supply", "actual", "--seed", "0", "-q"]
+    args += ["--truth", str(market_dir / "truth.csv"), "--scheduler", scheduler]
+    for name in FUSERS:
+        args += ["--fuser", name]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    cli_run = max(store.list_runs(engine)["run_id"].tolist())
+    assert store.get_run(engine, cli_run)["parameters"]["scheduler"] == scheduler
+
+    local = store.read_segments(engine, local_run)
+    mape = store.read_forecast_results(engine, local_run)["mape"]
+    assert set(local) >= {*FUSERS, "truth"} and not mape.empty
+    for run_id in (dask_run, cli_run):
+        remote = store.read_segments(engine, run_id)
+        assert set(remote) == set(local)
+        for source in local:
+            pd.testing.assert_series_equal(local[source], remote[source], obj=source)
+        theirs = store.read_forecast_results(engine, run_id)["mape"]
+        pd.testing.assert_frame_equal(mape, theirs)
+
+
+def test_fusers_on_a_scheduler_equal_those_fitted_here(scheduler):
+    """fuse() itself: labels and notes through the scheduler equal the in-process fits."""
+    labels = np.random.default_rng(0).integers(0, 8, size=(300, 10))
+    here = fuse(labels, list(FUSERS), 8, 0, "rcc", n_jobs=1)
+    there = fuse(labels, list(FUSERS), 8, 0, "rcc", scheduler=scheduler)
+    assert list(there.segmentations) == list(FUSERS) and there.errors == {}
+    for name in FUSERS:
+        np.testing.assert_array_equal(here.segmentations[name], there.segmentations[name])
+    assert here.notes == there.notes
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+@pytest.mark.parametrize("command", ["nightly", "segment"])
+def test_an_unreachable_scheduler_is_exit_75_and_one_line(engine, db_url, market_dir, how, command):
+    """As a database server that cannot be reached: one line naming it, exit 75, and nothing
+    written (no run row; the lock free)."""
+    write_batch(engine, read_directory(market_dir))
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    args = [command, "--database-url", db_url]
+    if command == "segment":
+        args += ["--run", "1", "--seed", "0"]  # a seed given: the run is not read first
+    env = {"ADSEG_DASK_SCHEDULER": address} if how == "environment" else {}
+    if how == "option":
+        args += ["--scheduler", address]
+    res = runner.invoke(app, args, env=env)
+    assert res.exit_code == 75, res.output
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"error: the dask scheduler {address} cannot be reached (")
+    assert "Traceback" not in res.output
+    if command == "nightly":
+        assert store.list_runs(engine).empty and store.lock_holder(engine) is None
+
+
+def test_what_is_shipped_to_the_workers_is_arrays_and_plain_values(monkeypatch):
+    """The tasks' arguments, as built and as submitted to the engine: arrays, numbers, text and
+    dicts of them; never a database engine, connection or session."""
+    import distributed
+
+    def plain(value) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        if isinstance(value, list | tuple):
+            return all(plain(v) for v in value)
+        return value is None or isinstance(value, np.ndarray | str | int | float | bool)
+
+    labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
+    weights = np.ones(5)
+    options = {"rcc": {"normalize": True}}
+    tasks = fuser_tasks(["l2", "rcc"], labels, 4, 0, options, weights)
+    assert [name for name, _ in tasks] == ["rcc", "l2"]  # the slowest first
+    assert all(plain(args) for _, args in tasks)
+
+    shipped = []
+    real_submit = distributed.Client.submit
+
+    def recording_submit(self, func, *args, **kwargs):
+        shipped.append(args)
+        return real_submit(self, func, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "submit", recording_submit)
+    fusion = fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2, options=options, weights=weights)
+    assert set(fusion.segmentations) == {"l2", "rcc"}
+    assert len(shipped) == 2 and all(plain(args) for args in shipped)
+
+
+def test_the_embedded_cluster_leaves_no_process_behind():
+    """Its worker processes end with the stage (those of a cluster a test started stay)."""
+    import multiprocessing
+
+    before = set(multiprocessing.active_children())
+    labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
+    fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2)
+    assert set(multiprocessing.active_children()) <= before
+
+
+def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
+    """A scheduler that goes away while the fusers run: SchedulerUnreachable (a run's exit 75),
+    not a fuser's failure to skip."""
+    import threading
+
+    from distributed import LocalCluster
+
+    from adseg import fusion
+    from adseg.app.execution import SchedulerUnreachable
+
+    def slow(*args):  # a local function: shipped by value to the spawned worker
+        import time
+
+        time.sleep(60)
+
+    monkeypatch.setattr(fusion, "_fit_one", slow)
+    labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, **_QUIET)
+    closing = threading.Timer(1, cluster.close)
+    closing.start()
+    try:
+        with pytest.raises(SchedulerUnreachable, match="connection was lost during the run"):
+            fuse(labels, ["l2", "rcc"], 4, 0, "rcc", scheduler=cluster.scheduler_address)
+    finally:
+        closing.join()
