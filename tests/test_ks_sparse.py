@@ -253,3 +253,19 @@ def test_ks_view_samples_pairs_above_ks_partners_and_records_it(monkeypatch):
     for c in range(exact.labels.shape[1]):
         assert adjusted_rand_score(truth, exact.labels[:, c]) == 1.0
         assert adjusted_rand_score(truth, sampled.labels[:, c]) == 1.0
+
+
+def test_nightly_option_ks_partners_reaches_the_views():
+    """A run's ks_partners (None: all pairs) reaches the views' ViewConfig; the CLI refuses a
+    negative --ks-partners before opening a database (exit 2, naming the option)."""
+    from typer.testing import CliRunner
+
+    from adseg.cli import app
+    from adseg.pipeline import NightlyConfig, views_config
+
+    result = CliRunner().invoke(app, ["nightly", "--ks-partners", "-1"])
+    assert result.exit_code == 2 and "--ks-partners" in result.output
+
+    assert views_config(NightlyConfig(ks_partners=None)).ks_partners is None
+    assert views_config(NightlyConfig()).ks_partners == 1000
+    assert views_config(NightlyConfig(ks_partners=250)).ks_partners == 250

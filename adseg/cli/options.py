@@ -58,6 +58,15 @@ MinSamples = Annotated[
     int,
     typer.Option(help="Fewer samples than this: left out of a KS view (label -1).", min=1),
 ]
+KsPartners = Annotated[
+    int,
+    typer.Option(
+        "--ks-partners",
+        help="KS views of 5,000 advertisers or more compare each advertiser with about this "
+        "many random others, not with all (0: all pairs at any size; docs/algorithms/ks.md).",
+        min=0,
+    ),
+]
 RUN_ID = {"min": 1, "max": 2**63 - 1}  # the databases' BIGINT range (larger cannot be bound)
 _conventional_help()
 # numpy and scikit-learn take seeds in [0, 2**32); checked here, before a run row is written

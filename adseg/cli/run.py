@@ -28,6 +28,7 @@ from adseg.cli.options import (
     EvalEnd,
     EvalStart,
     FuserOption,
+    KsPartners,
     MinSamples,
     Quiet,
     RunSeed,
@@ -138,6 +139,7 @@ def nightly(
     spend_price: SpendPrice = "cost",
     seed: Seed = 0,
     min_samples: MinSamples = 20,
+    ks_partners: KsPartners = 1000,
     truth: Truth = None,
     report_html: ReportHtml = None,
     report_json: ReportJson = None,
@@ -181,6 +183,7 @@ def nightly(
         n_segments=segments,
         seed=seed,
         min_samples=min_samples,
+        ks_partners=ks_partners or None,
         truth_path=str(truth) if truth else None,
         fuser_options=options,
         paper_fusion=paper_fusion,
@@ -415,6 +418,7 @@ def views_command(
     eval_end: EvalEnd = None,
     seed: Seed = 0,
     min_samples: MinSamples = 20,
+    ks_partners: KsPartners = 1000,
     database_url_: DatabaseUrl = None,
     quiet: Quiet = False,
 ) -> None:
@@ -430,7 +434,7 @@ def views_command(
     engine = _engine(database_url_)
     _require_schema(engine)
     windows = _windows(engine, train_start, train_end, eval_start, eval_end)
-    config = NightlyConfig(seed=seed, min_samples=min_samples)
+    config = NightlyConfig(seed=seed, min_samples=min_samples, ks_partners=ks_partners or None)
     progress = (lambda stage: err.print(f"[dim]… {stage}[/dim]")) if show_progress(quiet) else None
     try:
         run_id, views = run_views(engine, windows, config, progress)
