@@ -229,11 +229,16 @@ def ks_distance_of_pairs(
     """
     data = _Pooled.from_samples(samples, on_empty="nan")
     _check_positive(chunk_elements, "chunk_elements")
+    i, j = _pair_indices(i, j, data.sizes.size)
+    return _distances(_PairTable(data), i, j, int(chunk_elements))
+
+
+def _pair_indices(i, j, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """i and j as equal-length int64 arrays of sample indices in [0, n), else ValueError."""
     i, j = (np.asarray(a, dtype=np.int64).ravel() for a in (i, j))
-    n = data.sizes.size
     if i.shape != j.shape or (i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n)):
         raise ValueError(f"i and j must be equal-length arrays of indices in [0, {n}).")
-    return _distances(_PairTable(data), i, j, int(chunk_elements))
+    return i, j
 
 
 def _distances(table, i: np.ndarray, j: np.ndarray, chunk: int) -> np.ndarray:
@@ -276,7 +281,7 @@ def ks_pairs_within(
     on the unsettled survivors; memory: an (n, grid_points) float64 table and chunks.
     """
     data = _Pooled.from_samples(samples, on_empty="nan")
-    i, j = (np.asarray(a, dtype=np.int64).ravel() for a in (i, j))
+    i, j = _pair_indices(i, j, data.sizes.size)
     table = _PairTable(data)
     grid = table.grid(int(grid_points))
     m = data.sizes.astype(np.float64)

@@ -75,11 +75,16 @@ def ks_sparse_graphs(
     samples = list(samples)
     limits = [ks_critical_value(a) for a in alphas]
     kw = dict(block_mb=block_mb, memory_mb=memory_mb)
-    if partners is None or len(samples) <= partners + 1:
+    if partners is None:
         pairs = ks_distance_pairs(samples, max(limits), **kw)
-    else:
+    else:  # all pairs, exactly as above, when n ≤ partners + 1
         pairs = ks_sampled_pairs(
-            samples, max(limits), partners, settle_below=min(limits), random_state=random_state
+            samples,
+            max(limits),
+            partners,
+            settle_below=min(limits),
+            random_state=random_state,
+            **kw,
         )
     return _graphs_from_pairs(pairs, limits, len(samples))
 
@@ -175,7 +180,7 @@ def ks_view(
         return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
     t0 = time.perf_counter()
     design_seed = int(rng.randint(0, 2**31 - 1))  # drawn after the columns' seeds: those stay
-    dist, graphs = _distances_or_graphs([samples[i] for i in keep], config, design_seed)
+    dist, graphs, kind = _distances_or_graphs([samples[i] for i in keep], config, design_seed)
     ks_seconds = time.perf_counter() - t0
     # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
@@ -221,37 +226,25 @@ def ks_view(
                 "n_components": model.n_components_,
                 "n_isolated": model.n_isolated_,
                 "ks_seconds": ks_seconds,
-                "graph": _graph_kind(graphs is None, keep.size, config.ks_partners),
+                "graph": kind,
             }
         )
     distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
 
 
-def _graph_kind(dense: bool, n: int, partners: int | None) -> str:
-    """How a view's graphs were built: "dense", "sparse" (every pair compared) or "sampled"
-    (``partners`` random partners each)."""
-    if dense:
-        return "dense"
-    return "sampled" if _sampled(n, partners) else "sparse"
-
-
-def _sampled(n: int, partners: int | None) -> bool:
-    """Whether a view of n advertisers is built on the random partner design."""
-    return partners is not None and n >= SAMPLED_MIN_N and n > partners + 1
-
-
 def _distances_or_graphs(
     samples: list, config: ViewConfig, design_seed: int
-) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None]:
-    """(distances, None) below ncut.SPARSE_MIN_N advertisers when every pair is compared: the
-    dense (n, n) matrix, as ever; else (None, graphs): the CSR graph of each α, one at a time
-    (ks_sparse_graphs, on ``config.ks_partners`` random partners when n > ks_partners + 1),
-    no n×n array. On the sparse path ``keep_distances`` keeps nothing (a warning says so)."""
+) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None, str]:
+    """(distances, None, "dense") below ncut.SPARSE_MIN_N advertisers when every pair is
+    compared: the dense (n, n) matrix, as ever; else (None, graphs, kind): the CSR graph of each
+    α, one at a time, no n×n array — kind "sampled" on ``config.ks_partners`` random partners
+    (from SAMPLED_MIN_N advertisers and more than ks_partners + 1), else "sparse" (every pair).
+    On the sparse paths ``keep_distances`` keeps nothing (a warning says so)."""
     n, partners = len(samples), config.ks_partners
-    sampled = _sampled(n, partners)
+    sampled = partners is not None and n >= SAMPLED_MIN_N and n > partners + 1
     if n < ncut.SPARSE_MIN_N and not sampled:
-        return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None
+        return ks_distance_matrix(samples, memory_mb=config.ks_memory_mb), None, "dense"
     if config.keep_distances:
         warnings.warn(
             f"keep_distances: the KS graphs of {n} advertisers are built sparse; no distance"
@@ -266,4 +259,4 @@ def _distances_or_graphs(
         partners=partners if sampled else None,
         random_state=design_seed,
     )
-    return None, graphs
+    return None, graphs, "sampled" if sampled else "sparse"
