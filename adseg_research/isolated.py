@@ -20,12 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_isolated"]
+__all__ = ["proc_kib", "run_isolated"]
 
 
-def _status_kib(field: str) -> float:
+def proc_kib(field: str, path: str = "/proc/self/status") -> float:
+    """A kB field of a /proc file (VmRSS, VmHWM of /proc/self/status; MemTotal of
+    /proc/meminfo) as a float; NaN where the file or the field is missing (not Linux)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
                 return float(line.split()[1])
     except OSError:
@@ -48,11 +50,11 @@ def _measured(fn: Callable[[], Any]) -> tuple:
             reset = True
         except OSError:
             reset = False
-        rss0 = _status_kib("VmRSS")
+        rss0 = proc_kib("VmRSS")
         t0 = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - t0
-        hwm = _status_kib("VmHWM")
+        hwm = proc_kib("VmHWM")
         peak = (hwm - rss0) / 1024 if reset else float("nan")
         return ("ok", result, seconds, peak, hwm / 1024, "")
     except Exception as exc:  # noqa: BLE001 — the text is the result

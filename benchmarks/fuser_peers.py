@@ -55,7 +55,7 @@ import scipy  # noqa: E402
 from adseg.consensus import FUSERS  # noqa: E402
 from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
 from adseg_research import peers  # noqa: E402
-from adseg_research.isolated import run_isolated  # noqa: E402
+from adseg_research.isolated import proc_kib, run_isolated  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DATASETS = HERE.parent.parent / "shared" / "datasets"  # ../shared beside the repository
@@ -182,12 +182,8 @@ def fmt(x: float, digits: int = 3) -> str:
 
 
 def machine_info() -> dict:
-    mem = "?"
-    try:
-        kib = _status_kib_file("/proc/meminfo", "MemTotal")
-        mem = f"{kib / 1024**2:.1f} GiB"
-    except OSError:
-        pass
+    kib = proc_kib("MemTotal", "/proc/meminfo")
+    mem = "?" if np.isnan(kib) else f"{kib / 1024**2:.1f} GiB"
     cpu = platform.processor() or "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -217,13 +213,6 @@ def machine_info() -> dict:
         "trce_default_gamma_init": repr(FUSERS["trce"]().get_params()["gamma_init"]),
         "pce": f"py-cluster-ensemble 1.0.0 @ {PCE_COMMIT} (source checkout, not installed)",
     }
-
-
-def _status_kib_file(path: str, field: str) -> float:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(field + ":"):
-            return float(line.split()[1])
-    raise OSError(f"{field} not in {path}")
 
 
 # ---------------------------------------------------------------------------------- rendering

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from adseg_research.bench import machine_summary, recorded_command, write_results
+from adseg_research.isolated import proc_kib
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -67,7 +68,7 @@ def worker(samples_path: str, mode: str, out_path: str) -> None:
 
     with open(samples_path, "rb") as f:
         win, cost = pickle.load(f)
-    baseline = _status_mib("VmRSS")
+    baseline = proc_kib("VmRSS") / 1024
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) restarts from here
     ncut.SPARSE_MIN_N = 10**9 if mode == "dense" else 2
     # dense / sparse: every pair compared; sampled: the default random partner design
@@ -77,22 +78,13 @@ def worker(samples_path: str, mode: str, out_path: str) -> None:
         views = [ks_view(s, v, config, random_state=i) for i, (s, v) in
                  enumerate(((win, "win_rate"), (cost, "ecpm_cost")))]  # fmt: skip
     seconds = time.perf_counter() - t0
-    peak = _status_mib("VmHWM")
+    peak = proc_kib("VmHWM") / 1024
     columns = pd.concat([v.columns for v in views], ignore_index=True)
     labels = np.concatenate([v.labels for v in views], axis=1)
     np.save(out_path + ".npy", labels)
     summary = {"seconds": seconds, "peak_mib": peak, "baseline_mib": baseline,
                "columns": columns.to_dict(orient="list")}  # fmt: skip
     Path(out_path + ".json").write_text(json.dumps(summary, default=float))
-
-
-def _status_mib(field: str) -> float:
-    """A memory field of /proc/self/status (VmRSS, VmHWM: kB there) in MiB. ru_maxrss would not
-    do: Linux carries it across exec, so a child reads its parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def run_path(samples_path: Path, mode: str, workdir: Path, timeout: float) -> dict | None:

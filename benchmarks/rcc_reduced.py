@@ -51,6 +51,7 @@ import pandas as pd  # noqa: E402
 from adseg.consensus.l2 import L2CC  # noqa: E402
 from adseg.consensus.rcc import RCC  # noqa: E402
 from adseg.metrics import clustering_accuracy, nmi  # noqa: E402
+from adseg_research.isolated import proc_kib  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CSV = RESULTS / "rcc_reduced.csv"
@@ -180,19 +181,11 @@ def scale_row(n: int, method: str) -> None:
     g = np.unique(labels, axis=0).shape[0]
     row = {"part": "scale", "set": "planted", "rep": 0, "n": n, "k": 20, "g": g}
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux)
-    before = _status_mib("VmRSS")
+    before = proc_kib("VmRSS") / 1024
     row |= {"method": f"{method} default"} | _fit_row(make[method], labels, y)
-    row["maxrss_mib"] = round(_status_mib("VmHWM"), 1)
+    row["maxrss_mib"] = round(proc_kib("VmHWM") / 1024, 1)
     row["rss_before_mib"] = round(before, 1)
     print(json.dumps(row), flush=True)
-
-
-def _status_mib(field: str) -> float:
-    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def run_scale() -> None:
