@@ -43,6 +43,7 @@ def _fit_one(
     t0 = time.perf_counter()
     with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        warnings.simplefilter("ignore", ResourceWarning)  # a finalizer's, not the fit's: no note
         fuser = cls(n_clusters=n_segments, random_state=seed, **options).fit(labels)
     result = fuser.labels_
     seconds = round(time.perf_counter() - t0, 3)

@@ -737,3 +737,26 @@ def test_same_seed_same_result_after_arpack_has_run_elsewhere(solver):
     for fit in fits[1:]:
         np.testing.assert_array_equal(fit.labels_, fits[0].labels_)
         np.testing.assert_array_equal(fit.embedding_, fits[0].embedding_)
+
+
+def test_a_finalizers_resource_warning_during_the_fit_is_not_replayed(monkeypatch):
+    """normalize="auto" replays its kept fit's warnings; a ResourceWarning raised meanwhile by a
+    finalizer (an unclosed connection of the caller's, collected mid-fit) is not the fit's and
+    must not come out of fit() as an error under a strict filter, nor as a fuser note."""
+    import adseg.consensus.rcc as rcc_module
+    from adseg.fusion import _fit_one
+
+    real = rcc_module.rcc_admm
+
+    def with_stray_warning(*args, **kwargs):
+        warnings.warn("connection deleted while still open", ResourceWarning, stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rcc_module, "rcc_admm", with_stray_warning)
+    y, labels = _noisy_ensemble([25, 25, 25], 6, 0.3, seed=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = RCC(3, random_state=3).fit(labels)
+    assert fitted.labels_.shape == (75,)
+    _, _, notes = _fit_one("rcc", labels, 3, 3, {})
+    assert not any("still open" in note for note in notes)

@@ -431,6 +431,9 @@ class RCC(BaseFuser):
             fit._micro_cache = cache  # the same micro-clusters for both forms, merged once
             with warnings.catch_warnings(record=True) as caught[form]:
                 warnings.simplefilter("always")
+                # a finalizer's ResourceWarning (an object of the caller's collected mid-fit) is
+                # not the fit's: left out, not replayed below as if the fit had raised it
+                warnings.simplefilter("ignore", ResourceWarning)
                 fit.fit(labels)
             fits[form], scores[form] = fit, average_nmi(fit.labels_, labels)
         choice = "l1" if scores["l1"] > scores[True] else True
