@@ -714,6 +714,42 @@ def test_a_stop_as_the_ingest_commits_says_that_the_data_is_written(engine, db_u
     assert (_rows(engine, "advertisers"), _rows(engine, "auctions")) == (4, 47)
 
 
+_STOP_AS_THE_INGEST_TABLE_PRINTS = """
+import os, signal
+from rich.table import Table
+real_add_row, sent = Table.add_row, []
+
+def add_row_then_stop(self, *cells, **kwargs):  # the stop of a commit, run late by Python
+    real_add_row(self, *cells, **kwargs)
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.{signal})
+
+Table.add_row = add_row_then_stop
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGHUP"])
+def test_a_stop_landing_as_the_ingest_table_prints_still_prints_it_whole(engine, db_url, name):
+    """Python runs a signal's handler when the main thread next checks, which may be after the
+    commit has returned and the summary table has begun (a CI run printed nothing to stdout).
+    The table is printed whole all the same, and the stop is reported after it."""
+    tiny = str(SAMPLES / "tiny")
+    proc = _adseg(
+        _STOP_AS_THE_INGEST_TABLE_PRINTS.format(signal=name),
+        *("ingest", tiny, "--database-url", db_url),
+    )
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    for table in ("advertisers", "auctions", "delivery"):
+        assert table in proc.stdout
+    assert "67 rows read and validated in" in proc.stdout
+    assert proc.stderr.endswith(
+        ": stopped after the ingest was committed (written: advertisers 4, auctions 47, "
+        "delivery 16 rows)\n"
+    )
+    assert (_rows(engine, "advertisers"), _rows(engine, "auctions")) == (4, 47)
+
+
 def test_stops_timed_on_the_ingest_commit_are_reported_as_the_database_holds_them(
     engine, db_url, tmp_path
 ):

@@ -15,10 +15,7 @@ from adseg.cli.console import err, out
 from adseg.cli.errors import _fail_stopped, handle_errors
 from adseg.cli.options import DatabaseUrl, Quiet
 from adseg.cli.output import _counted, show_progress
-from adseg.interrupts import (
-    Terminated,
-    check_pending,
-)
+from adseg.interrupts import Terminated, check_pending, signals_deferred
 
 
 @handle_errors
@@ -49,9 +46,15 @@ def ingest(
         if (summary := getattr(exc, "committed", None)) is None:
             raise  # before the commit: nothing was written (handle_errors' line)
         stopped = exc  # during the commit: the batch is written, and the table says what
+    printed = quiet
+    while not printed:  # a stop landing late (Python runs handlers when it can) waits for it
+        try:
+            with signals_deferred():
+                _print_ingested(directory, summary, read_seconds)
+                printed = True
+        except (KeyboardInterrupt, Terminated) as exc:
+            stopped = stopped or exc
     try:
-        if not quiet:
-            _print_ingested(directory, summary, read_seconds)
         check_pending()
     except (KeyboardInterrupt, Terminated) as exc:
         stopped = stopped or exc
