@@ -229,6 +229,46 @@ def test_sampled_pairs_cover_every_pair_evenly():
     assert upper.std() < 0.05  # binomial(200, 0.16) / 200: std 0.026
 
 
+def test_rare_samples_draw_more_partners_until_linked_or_compared_with_all():
+    """The refill: a sample linked to fewer than ``min_degree`` of its partners at
+    ``degree_limit`` is compared with refill_factor × more; with that many at least n − 1 its
+    row is the exact threshold graph's row. Pairs stay exact, unique and in (i, j) order;
+    without min_degree the design is the one drawn before the refill existed."""
+    from adseg.landscape import ks_distance_pairs
+    from adseg.views.ks import ks_sampled_pairs
+
+    rng = np.random.default_rng(7)
+    # 580 samples from 4 price levels and 20 from a level only 20 share: rare at 20 partners
+    levels = np.r_[np.arange(580) % 4, np.full(20, 9)]
+    samples = [np.round(rng.lognormal(0.3 * lv, 0.4, 30), 2) for lv in levels]
+    limit = 1.36  # C_α at α = 0.05
+    dist = ks_distance_matrix(samples)
+    exact = _pair_set(ks_distance_pairs(samples, limit))
+    plain = ks_sampled_pairs(samples, limit, partners=20, random_state=0)
+    zero = ks_sampled_pairs(samples, limit, partners=20, min_degree=0, random_state=0)
+    assert _pair_set(zero) == _pair_set(plain)
+    refilled = ks_sampled_pairs(
+        samples, limit, partners=20, min_degree=5, refill_factor=60, random_state=0
+    )
+    i, j, d = refilled
+    assert (i < j).all() and np.all(np.diff(i.astype(np.int64) * 600 + j) > 0)
+    np.testing.assert_array_equal(d, dist[i, j])
+    assert _pair_set(plain) <= _pair_set(refilled) <= exact
+
+    def degrees(pairs):
+        a, b, _ = pairs
+        return np.bincount(np.r_[a, b], minlength=600)
+
+    rare = degrees(plain) < 5
+    assert rare[580:].mean() > 0.5  # the rare level is mostly under-linked by the design
+    exact_degree = (dist <= limit).sum(axis=1) - 1
+    # 60 × 10 draws ≥ n − 1: each refilled row is the exact graph's
+    np.testing.assert_array_equal(degrees(refilled)[rare], exact_degree[rare])
+    assert (degrees(refilled)[580:] >= np.minimum(5, exact_degree[580:])).all()
+    with pytest.raises(ValueError, match="min_degree"):
+        ks_sampled_pairs(samples, limit, partners=20, min_degree=-1)
+
+
 def test_ks_view_samples_pairs_above_ks_partners_and_records_it(monkeypatch):
     """A KS view of more advertisers than ks_partners + 1 is built on sampled graphs (the
     columns say "sampled"); with ks_partners=None or below the size it is the exact view, the

@@ -18,6 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
+from adseg.checks import check_integer
 from adseg.landscape import (
     ks_critical_value,
     ks_distance_matrix,
@@ -29,6 +30,14 @@ from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
 from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
+
+REFILL_FACTOR = 10
+"""A sampled KS view's rare advertisers (see ``ks_sampled_pairs``) draw this many times the
+partners in a second round."""
+
+MIN_DEGREE = 5
+"""Links, at the view's smallest critical value, below which an advertiser of a sampled KS
+view is refilled (``ks_sampled_pairs``)."""
 
 SAMPLED_MIN_N = ncut.SPARSE_MIN_N
 """Views of fewer advertisers compare every pair whatever ``ks_partners``: below it the exact
@@ -83,6 +92,8 @@ def ks_sparse_graphs(
             max(limits),
             partners,
             settle_below=min(limits),
+            min_degree=MIN_DEGREE,
+            degree_limit=min(limits),
             random_state=random_state,
             **kw,
         )
@@ -95,6 +106,9 @@ def ks_sampled_pairs(
     partners: int,
     *,
     settle_below: float | None = None,
+    min_degree: int = 0,
+    degree_limit: float | None = None,
+    refill_factor: int = REFILL_FACTOR,
     random_state=None,
     block_mb: float = 64.0,
     memory_mb: float = 256.0,
@@ -111,12 +125,20 @@ def ks_sampled_pairs(
     degrees.
     With n ≤ partners + 1 every pair is compared: exactly ``ks_distance_pairs``.
 
+    Refill: a sample linked to fewer than ``min_degree`` of its partners at ``degree_limit``
+    (default ``max_distance``) draws ``refill_factor`` × partners / 2 more (all others when
+    that is most of them) in a second round. Such a sample has a price distribution few others
+    share; with partners / n of its links drawn it would often end isolated, and a normalised
+    cut makes each isolated node a cluster of its own: the view over-splits. The refill
+    thins those rows less, so the graph is the threshold graph thinned by partners / n, and by
+    up to ``refill_factor`` times less on the rows of the rare samples (docs/algorithms/ks.md).
+
     Returns (i, j, dist) as ``ks_distance_pairs``: i < j, each pair once, sorted by (i, j);
     with ``settle_below``, a pair whose exact upper bound is ≤ it carries that bound instead of
     its distance (``ks_pairs_within``): right for every limit ≥ ``settle_below``.
-    Cost: about n · partners / 2 pair comparisons: a 64-point screen each, then Σ (|U_i| +
-    |U_j|) binary searches for the pairs it cannot rule out.
-    Memory: 8 bytes per drawn pair (n · partners / 2) plus 16 per kept pair.
+    Cost: about (n + r · refill_factor) · partners / 2 pair comparisons, r the samples
+    refilled: a 64-point screen each, then Σ (|U_i| + |U_j|) binary searches for the pairs it
+    cannot rule out. Memory: 8 bytes per drawn pair plus 16 per kept pair.
     """
     samples = list(samples)
     n = len(samples)
@@ -124,18 +146,50 @@ def ks_sampled_pairs(
         raise ValueError(f"partners must be a positive integer; got {partners!r}.")
     if n <= partners + 1:
         return ks_distance_pairs(samples, max_distance, block_mb=block_mb, memory_mb=memory_mb)
+    check_integer("min_degree", min_degree, low=0)
+    check_integer("refill_factor", refill_factor)
     rng = check_random_state(random_state)
     draws = max(1, partners // 2)
-    a = np.repeat(np.arange(n, dtype=np.int64), draws)
-    b = rng.randint(0, n - 1, size=a.size).astype(np.int64)
-    b += b >= a  # uniform over the others
-    key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
-    del a, b
+    key = _draw_pairs(np.arange(n, dtype=np.int64), draws, n, rng)
     i, j, dist = ks_pairs_within(
         samples, key // n, key % n, max_distance, settle_below=settle_below
     )
+    limit = max_distance if degree_limit is None else float(degree_limit)
+    linked = dist <= limit
+    degree = np.bincount(i[linked], minlength=n) + np.bincount(j[linked], minlength=n)
+    rare = np.flatnonzero(degree < min_degree)
+    if rare.size:
+        more = _draw_pairs(rare, min(draws * refill_factor, n - 1), n, rng)
+        more = more[~np.isin(more, key, assume_unique=True)]  # a pair is compared once
+        del key
+        i2, j2, dist2 = ks_pairs_within(
+            samples, more // n, more % n, max_distance, settle_below=settle_below
+        )
+        order = np.argsort(np.concatenate([i, i2]) * n + np.concatenate([j, j2]), kind="stable")
+        i, j, dist = (np.concatenate(pair)[order] for pair in ((i, i2), (j, j2), (dist, dist2)))
+        log.info(
+            "KS partners: %d of %d advertisers linked to fewer than %d drew %d more partners",
+            rare.size,
+            n,
+            min_degree,
+            min(draws * refill_factor, n - 1),
+        )
     index = np.int32 if n < 2**31 else np.int64
     return i.astype(index), j.astype(index), dist
+
+
+def _draw_pairs(rows: np.ndarray, draws: int, n: int, rng) -> np.ndarray:
+    """Sorted unique pair keys i · n + j (i < j) of ``draws`` uniform partners of each of
+    ``rows`` among the n samples (with replacement, never itself); all pairs of ``rows`` with
+    every other sample when ``draws`` ≥ n − 1. Memory: 16 bytes per draw while drawing."""
+    if draws >= n - 1:
+        a = np.repeat(rows, n - 1)
+        b = np.tile(np.arange(n - 1, dtype=np.int64), rows.size)
+    else:
+        a = np.repeat(rows, draws)
+        b = rng.randint(0, n - 1, size=a.size).astype(np.int64)
+    b += b >= a  # uniform over the others
+    return np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
 
 
 def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
