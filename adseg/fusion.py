@@ -16,7 +16,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from adseg.consensus import FUSERS
-from adseg.interrupts import check_pending, first_line
+from adseg.interrupts import first_line
 
 log = logging.getLogger("adseg.pipeline")
 
@@ -168,35 +168,8 @@ def fuser_tasks(
     ]
 
 
-def _run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
-    """Submit ``tasks`` (:func:`fuser_tasks`) to the engine and yield (name, outcome) as each
-    finishes, outcome() returning ``_fit_one``'s result or raising the task's exception.
+def _run_tasks(tasks, scheduler: str | None, n_workers: int):
+    """:func:`adseg.app.execution.run_tasks` of ``_fit_one`` on each of ``tasks``."""
+    from adseg.app.execution import run_tasks
 
-    Whatever ends the loop (Ctrl-C, SIGTERM, a failing primary fuser raised by the caller)
-    cancels the futures, and an embedded cluster's workers are killed as it closes. Futures are
-    polled, not awaited in the engine's own wait: a stop signal's exception is raised in the
-    sleep between polls, and one whose exception was lost still stops the stage
-    (interrupts.check_pending). A future cancelled meanwhile (not by this loop) is a scheduler
-    that went away: SchedulerUnreachable, for every fuser."""
-    from adseg.app.execution import SchedulerUnreachable, dask_client
-
-    with dask_client(scheduler, n_workers) as client:
-        futures = {}
-        try:
-            for rank, (name, args) in enumerate(tasks):
-                futures[name] = client.submit(_fit_one, *args, pure=False, priority=-rank)
-            running = dict(futures)
-            while running:
-                check_pending()
-                done = [name for name, future in running.items() if future.done()]
-                if not done:
-                    time.sleep(poll)
-                for name in done:
-                    if (future := running.pop(name)).status == "cancelled":
-                        where = scheduler or "of the embedded cluster"
-                        raise SchedulerUnreachable(where, "the connection was lost during the run")
-                    yield name, future.result
-        finally:
-            pending = [f for f in futures.values() if not f.done()]
-            if pending:
-                client.cancel(pending)
+    return run_tasks([(name, _fit_one, args) for name, args in tasks], scheduler, n_workers)

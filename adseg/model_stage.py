@@ -83,9 +83,12 @@ class Choices:
     cap_scores: dict[float, float] = field(default_factory=dict)
 
 
-def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int) -> Choices:
+def choose_k(
+    backtest: Backtest | None, n: int, requested: int | None, seed: int, run_parts=None
+) -> Choices:
     """The model view's K: as requested (``--segments``), else by backtest over
-    :func:`adseg.selection.k_grid`; without a backtest, the middle of the grid."""
+    :func:`adseg.selection.k_grid`; without a backtest, the middle of the grid. ``run_parts``:
+    how the candidates are fitted (:func:`adseg.selection.select_model_k`)."""
     grid = [requested] if requested is not None else k_grid(n)
     if backtest is None:
         k = grid[len(grid) // 2]
@@ -98,7 +101,9 @@ def choose_k(backtest: Backtest | None, n: int, requested: int | None, seed: int
         )
     views, edges = model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
     try:
-        k, scores, fits = select_model_k(backtest, grid, estimator(seed), N_BINS, views=views)
+        k, scores, fits = select_model_k(
+            backtest, grid, estimator(seed), N_BINS, views=views, run_parts=run_parts
+        )
     except ValueError as exc:  # no candidate scored (e.g. every held-out actual is zero)
         k = grid[len(grid) // 2]
         return Choices(k, notes=[f"backtest failed ({str(exc).rstrip('.')}): model K = {k}"])

@@ -240,6 +240,24 @@ def views_config(config: NightlyConfig):
     )
 
 
+ENGINE_MIN_N = 5000
+"""From this many advertisers (or with a scheduler) a stage's independent parts, the views and
+the model view's candidate fits, run as tasks of the execution engine; below it they take
+seconds, less than starting the engine's workers."""
+
+
+def engine_parts(config: NightlyConfig, n_advertisers: int):
+    """The ``run_parts`` of a stage's independent parts: the execution engine's
+    (``adseg.app.execution.part_runner``: on ``config.scheduler``, else on ``config.n_jobs``
+    worker processes from :data:`ENGINE_MIN_N` advertisers), or None: in this process, in
+    order. Either way the results are the same."""
+    if not config.scheduler and (config.n_jobs <= 1 or n_advertisers < ENGINE_MIN_N):
+        return None
+    from adseg.app.execution import part_runner
+
+    return part_runner(config.scheduler, config.n_jobs)
+
+
 def build_views(data: PulledData, config: NightlyConfig):
     """Stage 2: base clusterings of every view (KS graphs per α, text)."""
     from adseg.views import build_base_clusterings
@@ -251,6 +269,7 @@ def build_views(data: PulledData, config: NightlyConfig):
         data.descriptions,
         config=view_config,
         random_state=config.seed,
+        run_parts=engine_parts(config, len(data.advertiser_ids)),
     )
     if views.columns.empty:
         raise ValueError(
@@ -464,7 +483,8 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     if data.backtest is not None:  # scored with the run's own forecast options
         data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
-    choices = choose_k(data.backtest, len(data.advertiser_ids), requested, config.seed)
+    n = len(data.advertiser_ids)
+    choices = choose_k(data.backtest, n, requested, config.seed, engine_parts(config, n))
     model, notes = fit_model_view(
         data.win_samples,
         data.descriptions,
@@ -530,6 +550,7 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
         backtest.descriptions,
         config=views_config(config),
         random_state=config.seed,
+        run_parts=engine_parts(config, len(backtest.advertiser_ids)),
     )
     bt_labels, bt_columns = _with_model_column(bt.labels, bt.columns, choices.fit_labels, choices.k)
     per_column = backtest.score(

@@ -140,18 +140,27 @@ def select_model_k(
     n_bins: int,
     tolerance: float = 0.01,
     views=None,
+    run_parts=None,
 ) -> tuple[int, dict[int, float], dict[int, MixtureSegmentation]]:
     """The model view's K by backtest: fit ``estimator`` with each candidate K on the first
     part's evidence (``views``, else :func:`adseg.mixture.model_features` of it) and score its
     segments on the held-out days (:meth:`Backtest.score`); :func:`parsimonious_choice` picks.
     Returns (K, {K: score}, {K: fitted estimator}). Cost: one mixture fit and one forecast per
-    candidate."""
+    candidate. ``run_parts``: how the fits are run (see
+    ``adseg.views.build_base_clusterings``; None: here, one after the other)."""
     if views is None:
         views, _ = model_features(backtest.win_samples, backtest.descriptions, n_bins=n_bins)
-    fits = {int(k): clone(estimator).set_params(n_components=int(k)).fit(views) for k in candidates}
+    tasks = [(f"K={k}", _fit_with_k, (estimator, int(k), views)) for k in candidates]
+    done = [fn(*args) for _, fn, args in tasks] if run_parts is None else run_parts(tasks)
+    fits = dict(zip((int(k) for k in candidates), done, strict=True))
     table = backtest.score({f"model_k{k}": f.labels_ for k, f in fits.items()})
     scores = {k: float(table.loc[f"model_k{k}", "score"]) for k in fits}
     return parsimonious_choice(scores, tolerance), scores, fits
+
+
+def _fit_with_k(estimator: MixtureSegmentation, k: int, views) -> MixtureSegmentation:
+    """A clone of ``estimator`` with ``k`` components, fitted on ``views``."""
+    return clone(estimator).set_params(n_components=k).fit(views)
 
 
 def column_weights(scores: Sequence[float], power: float = 4.0) -> np.ndarray:

@@ -95,6 +95,51 @@ def test_fusers_on_a_scheduler_equal_those_fitted_here(scheduler):
     assert here.notes == there.notes
 
 
+def test_views_and_model_fits_on_the_engine_equal_those_made_here(scheduler, caplog):
+    """The nightly's parts run as engine tasks (adseg.app.execution.part_runner): the views
+    and the model view's candidate fits through the scheduler equal those made in this
+    process, and the workers' warnings and adseg log lines are replayed here."""
+    import logging
+
+    from adseg.app.execution import part_runner
+    from adseg.mixture import model_features
+    from adseg.selection import _fit_with_k
+    from adseg.views import ViewConfig, build_base_clusterings
+
+    rng = np.random.default_rng(2)
+    win = [rng.lognormal(0.5 * (k % 3), 0.4, 25) for k in range(120)]
+    cost = [rng.lognormal(0.5 * (k % 4), 0.4, 25) for k in range(120)]
+    descriptions = [None] * 120  # the text view warns and is skipped
+    config = ViewConfig(n_init=2)
+    run_parts = part_runner(scheduler, 2)
+    with pytest.warns(RuntimeWarning, match="text view"):
+        here = build_base_clusterings(win, cost, descriptions, config, random_state=3)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="adseg"), pytest.warns(RuntimeWarning, match="text"):
+        there = build_base_clusterings(win, cost, descriptions, config, 3, run_parts=run_parts)
+    np.testing.assert_array_equal(here.labels, there.labels)
+    timeless = [c for c in here.columns if "seconds" not in c]
+    pd.testing.assert_frame_equal(here.columns[timeless], there.columns[timeless])
+    said = [r.getMessage() for r in caplog.records if r.name == "adseg.views"]
+    assert any(m.startswith("view win_rate: KS distances of 120 advertisers") for m in said)
+    assert any(m.startswith("view ecpm_cost alpha=0.05:") for m in said)
+
+    views, _ = model_features(win, descriptions, n_bins=8)
+    from adseg.model_stage import estimator
+
+    tasks = [(f"K={k}", _fit_with_k, (estimator(0), k, views)) for k in (2, 3)]
+    for mine, theirs in zip([f(*a) for _, f, a in tasks], run_parts(tasks), strict=True):
+        np.testing.assert_array_equal(mine.labels_, theirs.labels_)
+
+
+def test_a_failing_part_on_the_engine_raises_its_error(scheduler):
+    """The first part to fail raises its own exception here (the others are cancelled)."""
+    from adseg.app.execution import part_runner
+
+    with pytest.raises(ValueError, match="invalid literal"):
+        part_runner(scheduler, 2)([("ok", abs, (-1,)), ("bad", int, ("x",))])
+
+
 @pytest.mark.parametrize("how", ["option", "environment"])
 @pytest.mark.parametrize("command", ["nightly", "segment"])
 def test_an_unreachable_scheduler_is_exit_75_and_one_line(engine, db_url, market_dir, how, command):

@@ -20,10 +20,19 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import time
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
+from typing import NamedTuple
 
-from adseg.interrupts import STOP_SIGNALS, TERMINATING, handled_stops, signals_deferred
+from adseg.interrupts import (
+    STOP_SIGNALS,
+    TERMINATING,
+    check_pending,
+    handled_stops,
+    signals_deferred,
+)
 
 SCHEDULER_ENV = "ADSEG_DASK_SCHEDULER"
 CONNECT_TIMEOUT_S = 5
@@ -129,6 +138,104 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     gc.collect()
             finally:
                 engine_log.setLevel(level)
+
+
+def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
+    """Submit ``tasks``, (name, function, arguments) each, to the engine and yield (name,
+    outcome) as each finishes, outcome() returning the function's result or raising the task's
+    exception. Arguments and results travel by pickle: arrays and plain values.
+
+    Whatever ends the loop (Ctrl-C, SIGTERM, an error raised by the caller)
+    cancels the futures, and an embedded cluster's workers are killed as it closes. Futures are
+    polled, not awaited in the engine's own wait: a stop signal's exception is raised in the
+    sleep between polls, and one whose exception was lost still stops the stage
+    (interrupts.check_pending). A future cancelled meanwhile (not by this loop) is a scheduler
+    that went away: SchedulerUnreachable, for every task."""
+    with dask_client(scheduler, n_workers) as client:
+        futures = {}
+        try:
+            for rank, (name, function, args) in enumerate(tasks):
+                futures[name] = client.submit(function, *args, pure=False, priority=-rank)
+            running = dict(futures)
+            while running:
+                check_pending()
+                done = [name for name, future in running.items() if future.done()]
+                if not done:
+                    time.sleep(poll)
+                for name in done:
+                    if (future := running.pop(name)).status == "cancelled":
+                        where = scheduler or "of the embedded cluster"
+                        raise SchedulerUnreachable(where, "the connection was lost during the run")
+                    yield name, future.result
+        finally:
+            pending = [f for f in futures.values() if not f.done()]
+            if pending:
+                client.cancel(pending)
+
+
+def part_runner(scheduler: str | None, n_workers: int):
+    """A ``run_parts`` for the core's stages (``adseg.views.build_base_clusterings``,
+    ``adseg.selection.select_model_k``): it runs a list of (name, function, arguments) as
+    tasks of the engine (:func:`run_tasks`) and returns their results in order. Each task's
+    warnings and the log records of the ``adseg`` loggers are caught in the worker and
+    replayed here, so that the run's log and warnings are those of the in-process path. The
+    first task to fail raises its exception (the others are cancelled)."""
+
+    def run_parts(parts):
+        tasks = [(name, _captured, (function, args)) for name, function, args in parts]
+        results = {}
+        with closing(run_tasks(tasks, scheduler, min(n_workers, len(tasks)))) as finished:
+            for name, outcome in finished:
+                results[name] = outcome()
+        values = []
+        for name, *_ in parts:
+            value, caught, records = results[name]
+            for record in records:  # as the logger here would have emitted them
+                if (logger := logging.getLogger(record.name)).isEnabledFor(record.levelno):
+                    logger.handle(record)
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            values.append(value)
+        return values
+
+    return run_parts
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # plain text: it travels by pickle
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
+def _captured(function, args):
+    """(function(*args), its warnings, the adseg log records it emitted): a task of
+    :func:`part_runner`, run in a worker."""
+    handler, logger = _Records(), logging.getLogger("adseg")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)  # every record: the caller keeps those its loggers emit
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.simplefilter("ignore", ResourceWarning)  # a finalizer's, not the task's
+            value = function(*args)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    kept = [_Warning(w.message, w.category, w.filename, w.lineno) for w in caught]
+    return value, kept, handler.records
+
+
+class _Warning(NamedTuple):
+    message: Warning | str
+    category: type
+    filename: str
+    lineno: int
 
 
 def _kill_workers(cluster) -> None:

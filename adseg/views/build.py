@@ -23,6 +23,7 @@ def build_base_clusterings(
     descriptions: Sequence[str | None],
     config: ViewConfig | None = None,
     random_state=None,
+    run_parts=None,
 ) -> BaseClusterings:
     """All base clusterings the consensus step fuses (pipeline steps 3–4).
 
@@ -31,6 +32,10 @@ def build_base_clusterings(
     Returns BaseClusterings: labels (n, V) int64 (-1 = left out), columns in the order win_rate
     per α, ecpm_cost per α, text per k (a view with too few usable advertisers contributes no
     columns, with a warning). Deterministic for a given random_state.
+    run_parts : how the three views are computed: a callable given [(name, function,
+        arguments)] that returns the functions' results in order (the nightly passes the
+        execution engine's, ``adseg.app.execution.part_runner``: the views in parallel, the
+        same results); None runs them here, one after the other.
     """
     config = config or ViewConfig()
     n = len(win_samples)
@@ -39,21 +44,35 @@ def build_base_clusterings(
             "win_samples, cost_samples and descriptions must describe the same advertisers;"
             f" got lengths {n}, {len(cost_samples)} and {len(descriptions)}."
         )
-    from threadpoolctl import threadpool_limits
-
     rng = check_random_state(random_state)
     seeds = rng.randint(0, 2**31 - 1, size=3)
-    with threadpool_limits(limits=config.blas_threads):
-        parts = [
-            ks_view(win_samples, "win_rate", config, int(seeds[0])),
-            ks_view(cost_samples, "ecpm_cost", config, int(seeds[1])),
-            text_view(descriptions, config, int(seeds[2])),
-        ]
+    threads = config.blas_threads
+    tasks = [  # the largest first: the engine starts them in this order
+        ("win_rate", _limited, (threads, ks_view, win_samples, "win_rate", config, int(seeds[0]))),
+        (
+            "ecpm_cost",
+            _limited,
+            (threads, ks_view, cost_samples, "ecpm_cost", config, int(seeds[1])),
+        ),
+        ("text", _limited, (threads, text_view, descriptions, config, int(seeds[2]))),
+    ]
+    if run_parts is None:
+        parts = [function(*args) for _, function, args in tasks]
+    else:
+        parts = run_parts(tasks)
     labels = np.concatenate([p.labels for p in parts], axis=1)
     frames = [p.columns for p in parts if len(p.columns)]
     columns = pd.concat(frames, ignore_index=True) if frames else empty_columns()
     distances = {k: v for p in parts for k, v in p.distances.items()}
     return BaseClusterings(labels, columns, distances)
+
+
+def _limited(blas_threads: int | None, function, *args):
+    """function(*args) with at most ``blas_threads`` BLAS/OpenMP threads (None: as they are)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=blas_threads):
+        return function(*args)
 
 
 def clusters_per_view(base: BaseClusterings) -> pd.DataFrame:
