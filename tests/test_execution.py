@@ -132,6 +132,18 @@ def test_views_and_model_fits_on_the_engine_equal_those_made_here(scheduler, cap
         np.testing.assert_array_equal(mine.labels_, theirs.labels_)
 
 
+def test_a_large_part_is_shipped_without_dask_performance_hints(scheduler):
+    """A task's arrays of tens of MiB (a 20,000-advertiser view's samples) go without
+    distributed's "Sending large graph" warning, which a nightly's user would see."""
+    import warnings
+
+    from adseg.app.execution import part_runner
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert part_runner(scheduler, 2)([("big", len, (np.zeros(3_000_000),))]) == [3_000_000]
+
+
 def test_a_failing_part_on_the_engine_raises_its_error(scheduler):
     """The first part to fail raises its own exception here (the others are cancelled)."""
     from adseg.app.execution import part_runner

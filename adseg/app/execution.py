@@ -154,8 +154,10 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
     with dask_client(scheduler, n_workers) as client:
         futures = {}
         try:
-            for rank, (name, function, args) in enumerate(tasks):
-                futures[name] = client.submit(function, *args, pure=False, priority=-rank)
+            with warnings.catch_warnings():  # each task's data goes once: the hint is moot
+                warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+                for rank, (name, function, args) in enumerate(tasks):
+                    futures[name] = client.submit(function, *args, pure=False, priority=-rank)
             running = dict(futures)
             while running:
                 check_pending()
