@@ -52,7 +52,8 @@ def _distributed():
     started, a worker closed) at WARNING and above: they are not the run's."""
     import distributed
 
-    logging.getLogger("distributed").setLevel(logging.WARNING)
+    engine_log = logging.getLogger("distributed")
+    engine_log.setLevel(max(engine_log.level, logging.WARNING))  # quieter if made so: kept
     return distributed
 
 
@@ -101,7 +102,6 @@ def _embedded_cluster(n_workers: int) -> Iterator:
     distributed = _distributed()
     cluster = client = None
     engine_log = logging.getLogger("distributed")
-    level = engine_log.level
     with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
         try:
             with signals_deferred():
@@ -137,7 +137,10 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     del client, cluster
                     gc.collect()
             finally:
-                engine_log.setLevel(level)
+                # for good: a connection of the closed cluster that its threads drop late logs
+                # "Stream is closed" (a nightly's stderr once said so, after its report)
+                for name in ("distributed", "tornado"):
+                    logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
