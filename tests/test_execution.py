@@ -144,6 +144,33 @@ def test_a_large_part_is_shipped_without_dask_performance_hints(scheduler):
         assert part_runner(scheduler, 2)([("big", len, (np.zeros(3_000_000),))]) == [3_000_000]
 
 
+def _log_a_line(text: str) -> str:
+    import logging
+
+    logging.getLogger("adseg.views").warning(text)
+    return text
+
+
+def test_a_forked_workers_log_lines_are_printed_once(tmp_path):
+    """The embedded cluster's workers are forked and inherit the command's log handlers: a
+    task's adseg log line goes to the collector only, and is printed once, by the replay."""
+    import logging
+
+    from adseg.app.execution import part_runner
+
+    handler = logging.FileHandler(tmp_path / "log.txt")
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        assert part_runner(None, 2)([("a", _log_a_line, ("line from a task",))]) == [
+            "line from a task"
+        ]
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    assert (tmp_path / "log.txt").read_text().count("line from a task") == 1
+
+
 def test_a_failing_part_on_the_engine_raises_its_error(scheduler):
     """The first part to fail raises its own exception here (the others are cancelled)."""
     from adseg.app.execution import part_runner

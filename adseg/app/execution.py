@@ -221,17 +221,19 @@ def _captured(function, args):
     """(function(*args), its warnings, the adseg log records it emitted): a task of
     :func:`part_runner`, run in a worker."""
     handler, logger = _Records(), logging.getLogger("adseg")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.DEBUG)  # every record: the caller keeps those its loggers emit
+    saved = logger.handlers[:], logger.propagate, logger.level
+    # only to the collector: a forked worker inherits the command's handlers, which would
+    # print each line a second time; every level: the caller keeps those its loggers emit
+    logger.handlers[:], logger.propagate = [handler], False
+    logger.setLevel(logging.DEBUG)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             warnings.simplefilter("ignore", ResourceWarning)  # a finalizer's, not the task's
             value = function(*args)
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        logger.handlers[:], logger.propagate = saved[:2]
+        logger.setLevel(saved[2])
     kept = [_Warning(w.message, w.category, w.filename, w.lineno) for w in caught]
     return value, kept, handler.records
 
