@@ -171,6 +171,32 @@ def test_a_forked_workers_log_lines_are_printed_once(tmp_path):
     assert (tmp_path / "log.txt").read_text().count("line from a task") == 1
 
 
+def test_tasks_on_an_engine_left_without_workers_fail_instead_of_waiting():
+    """A cluster whose workers are gone (and not restarted) would keep the stage's tasks
+    waiting forever: after the grace time with no worker, SchedulerUnreachable (exit 75). A
+    worker seen meanwhile starts the count again; the scheduler is asked once a second."""
+    from adseg.app.execution import SchedulerUnreachable, _Workerless
+
+    class Client:
+        def __init__(self, answers):
+            self.answers, self.asked = list(answers), 0
+
+        def scheduler_info(self):
+            self.asked += 1
+            return {"workers": self.answers.pop(0)}
+
+    now = [0.0]
+    client = Client([{}, {"w": {}}, {}, {}, {}])
+    watch = _Workerless(client, None, grace=10.0, clock=lambda: now[0])
+    for t in (0.0, 0.5, 2.0, 4.0, 9.0):  # none at 0, one at 2: the count starts again at 4
+        now[0] = t
+        watch.check()
+    assert client.asked == 4
+    now[0] = 15.0
+    with pytest.raises(SchedulerUnreachable, match="no worker for 10 s"):
+        watch.check()
+
+
 def test_a_failing_part_on_the_engine_raises_its_error(scheduler):
     """The first part to fail raises its own exception here (the others are cancelled)."""
     from adseg.app.execution import part_runner

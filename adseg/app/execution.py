@@ -23,7 +23,7 @@ import signal
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from typing import NamedTuple
 
 from adseg.interrupts import (
@@ -35,6 +35,9 @@ from adseg.interrupts import (
 )
 
 SCHEDULER_ENV = "ADSEG_DASK_SCHEDULER"
+WORKERLESS_GRACE_S = 60.0
+"""How long tasks may wait on an engine with no worker (one restarting, one joining an
+external scheduler) before the stage fails with SchedulerUnreachable."""
 CONNECT_TIMEOUT_S = 5
 """How long a connection to a scheduler is tried before it counts as unreachable."""
 
@@ -87,8 +90,41 @@ def dask_client(scheduler: str | None, n_workers: int) -> Iterator:
         finally:
             client.close()
         return
+    if _shared is not None:  # inside shared_engine(): one embedded cluster for every stage
+        if _shared.client is None:
+            _shared.client = _shared.stack.enter_context(_embedded_cluster(n_workers))
+        yield _shared.client
+        return
     with _embedded_cluster(n_workers) as client:
         yield client
+
+
+class _Shared:
+    def __init__(self, stack: ExitStack):
+        self.stack, self.client = stack, None
+
+
+_shared: _Shared | None = None
+
+
+@contextmanager
+def shared_engine() -> Iterator[None]:
+    """Inside, the embedded cluster that the first stage needing the engine starts stays up
+    for the next stages, and closes (or, leaving by an error or a stop, has its workers killed)
+    as the block ends: a nightly starts one cluster, not one per stage. Each start forks
+    workers from a process that holds the run's data, and a process that had started and
+    closed clusters before once lost the workers of the next one: its tasks then waited
+    forever (:func:`run_tasks` now fails instead)."""
+    global _shared
+    if _shared is not None:  # nested: the outer block's cluster
+        yield
+        return
+    with ExitStack() as stack:
+        _shared = _Shared(stack)
+        try:
+            yield
+        finally:
+            _shared = None
 
 
 @contextmanager
@@ -161,12 +197,13 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
                 warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
                 for rank, (name, function, args) in enumerate(tasks):
                     futures[name] = client.submit(function, *args, pure=False, priority=-rank)
-            running = dict(futures)
+            running, workerless = dict(futures), _Workerless(client, scheduler)
             while running:
                 check_pending()
                 done = [name for name, future in running.items() if future.done()]
                 if not done:
                     time.sleep(poll)
+                    workerless.check()
                 for name in done:
                     if (future := running.pop(name)).status == "cancelled":
                         where = scheduler or "of the embedded cluster"
@@ -176,6 +213,29 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
             pending = [f for f in futures.values() if not f.done()]
             if pending:
                 client.cancel(pending)
+
+
+class _Workerless:
+    """Raises SchedulerUnreachable once the engine has had no worker for ``grace`` seconds
+    while tasks wait: they would wait forever. Asks the scheduler at most once a second."""
+
+    def __init__(self, client, scheduler: str | None, grace=WORKERLESS_GRACE_S, clock=None):
+        self.client, self.scheduler, self.grace = client, scheduler, grace
+        self.clock = clock or time.monotonic
+        self.asked = self.since = None
+
+    def check(self) -> None:
+        now = self.clock()
+        if self.asked is not None and now - self.asked < 1.0:
+            return
+        self.asked = now
+        if self.client.scheduler_info().get("workers"):
+            self.since = None
+        elif self.since is None:
+            self.since = now
+        elif now - self.since > self.grace:
+            where = self.scheduler or "of the embedded cluster"
+            raise SchedulerUnreachable(where, f"it has had no worker for {self.grace:g} s")
 
 
 def part_runner(scheduler: str | None, n_workers: int):

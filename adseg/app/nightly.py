@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from adseg import pipeline
+from adseg.app.execution import shared_engine
 from adseg.app.inputs import check_run_inputs, default_windows, pull
 from adseg.app.runs import locked_run, mark_completed, run_parameters, timed
 from adseg.consensus import count_label_groups
@@ -73,7 +74,8 @@ def run_nightly(
     params = run_parameters(config) | {"fusers": names}
     check_run_inputs(engine, windows, config)
     with locked_run(engine, "nightly", windows, config, params, timings) as run_id:
-        return _run_stages(engine, run_id, windows, config, timings, progress)
+        with shared_engine():  # one embedded cluster for the stages that use the engine
+            return _run_stages(engine, run_id, windows, config, timings, progress)
 
 
 def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyResult:
