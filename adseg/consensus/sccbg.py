@@ -10,8 +10,10 @@ Missing labels (-1) are supported.
 The result is deterministic for a given item order but not exactly equivariant to reordering
 items or columns: on weakly structured input, or while the graph has c + 1 or more components,
 other orders can reach other local optima. Cost: O(n_iter · (T_W + T_S + 1) · u k²) time on the
-u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array. Implementation
-choices and measurements: docs/algorithms/sccbg.md.
+u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array; with
+``sparse`` on (large inputs), an S-sweep or spectral step on an S with nnz(S) < 3 % of u·k costs
+O(nnz(S)·k + u k) instead of O(u k²). Implementation choices and measurements:
+docs/algorithms/sccbg.md.
 """
 
 from __future__ import annotations
