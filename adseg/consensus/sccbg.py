@@ -193,6 +193,11 @@ def w_step(
     below ``tol``) and later sweeps only touch the rows still moving. Rows that provably end at
     W_i ≡ 1 are set directly: g is increasing in W, so g(W) ≤ g(1), and where
     2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
+
+    Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
+    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about ten
+    u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
+    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md).
     """
     u, k = S.shape
     blocks = _block_slices(blocks)
@@ -657,7 +662,10 @@ class SCCBG(BaseFuser):
             setattr(self, key + "_", run[key])
 
     def _run(self, Y, mult, block_of, first, gamma, c) -> dict:
-        """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7)."""
+        """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7). Cost per outer
+        iteration: a W-step while the self-paced phase lasts (see ``w_step``), one S-step (see
+        ``s_step``), one ``spectral`` and one ``h_matrix`` (u × c × k GEMM); memory ~8 u × k
+        float64 arrays besides the W-step's."""
         u, k = Y.shape
         m = int(block_of.max()) + 1
         blocks = [np.nonzero(block_of == b)[0] for b in range(m)]
