@@ -386,3 +386,40 @@ def test_an_auto_beta_that_removes_everything_names_beta_scale():
     labels, _ = _noisy_copies()
     with pytest.raises(ValueError, match=r"beta_scale=5\.0 gives beta=.*smaller beta_scale\."):
         RCEC(n_clusters=3, beta_scale=5.0, random_state=0).fit(labels)
+
+
+# ---------------------------------------------------------------- large-input (mixed) path
+
+
+def test_mixed_precision_update_reaches_the_float64_optimum():
+    """float32 products in the multiplicative update: the same iterates to ~1e-6 and the same
+    optimum, objective to ~1e-7 relative."""
+    labels, _ = _noisy_copies(n_per_class=(30, 25, 20), m=8, noise=0.2, seed=3)
+    L, _ = incidence_with_columns(labels)
+    Lt = L.toarray()
+    Z0 = check_random_state(0).uniform(0.01, 1.0, size=Lt.shape)
+    kw = dict(lam=0.1, beta=0.5, gamma=0.01, varsigma=1e-10, tol=1e-9, max_iter=2000)
+    ref, h_ref, conv_ref, _ = solve_multiplicative(Lt, Z0, **kw)
+    mixed, h_mixed, conv_mixed, _ = solve_multiplicative(Lt, Z0, mixed_precision=True, **kw)
+    assert conv_ref and conv_mixed
+    assert abs(h_mixed[-1] - h_ref[-1]) <= 1e-7 * h_ref[-1]
+    np.testing.assert_allclose(mixed, ref, atol=1e-4)
+
+
+def test_mixed_precision_fit_matches_float64_fit():
+    labels, y = _noisy_copies(n_per_class=(40, 30, 30, 20), m=8, noise=0.25, seed=4)
+    ref = _fit(labels=labels, n_clusters=4, mixed_precision=False, random_state=0)
+    mixed = _fit(labels=labels, n_clusters=4, mixed_precision=True, random_state=0)
+    assert mixed.mixed_precision_ and not ref.mixed_precision_
+    assert ari(mixed.labels_, ref.labels_) == 1.0  # k-means on distinct rows: same partition
+    np.testing.assert_array_equal(mixed.suppressed_mask_, ref.suppressed_mask_)
+    np.testing.assert_allclose(mixed.X_unique_, ref.X_unique_, atol=1e-4)
+    # "auto" keeps small inputs on the float64 path
+    assert not _fit(labels=labels, n_clusters=4, random_state=0).mixed_precision_
+
+
+def test_mixed_precision_must_be_a_flag_or_auto():
+    labels, _ = _noisy_copies()
+    for bad in ("yes", 1, None):
+        with pytest.raises(TypeError, match="mixed_precision"):
+            RCEC(3, mixed_precision=bad).fit(labels)

@@ -637,3 +637,76 @@ def test_exactly_n_clusters_when_the_graph_has_fewer_components():
         fitted += 1
         assert sorted(np.unique(found)) == list(range(k)), (sample, k, found)
     assert fitted > 100
+
+
+# large-input (sparse) path ----------------------------------------------------------------------
+
+
+def test_sparse_s_step_reaches_the_dense_minimiser(noisy, monkeypatch):
+    """The CSR sweeps (forced on here: the threshold admits any density) are the same projected-SOR
+    updates as the dense ones — same minimiser, same sweep count, same exact zeros — and when S
+    fills in they hand over to the dense sweeps without changing the answer."""
+    import adseg.consensus.sccbg as sccbg_module
+
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    W = np.ones_like(Y)
+    for density in (1.0, 0.3):  # sparse throughout; sparse, then filled in → dense
+        monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", density)
+        for gamma, rho, omega in ((1e-3, 5.0, 1.0), (1e-2, 50.0, 1.3), (1e-4, 1e3, 1.05)):
+            kw = dict(weights_are_one=True, tol=1e-12, max_sweeps=5000, omega=omega)
+            ref, n_ref = s_step(Y.copy(), W, Y, C_off, blocks, gamma, rho, H, **kw)
+            got, n_got = s_step(Y.copy(), W, Y, C_off, blocks, gamma, rho, H, sparse=True, **kw)
+            np.testing.assert_allclose(got, ref, atol=1e-10)
+            np.testing.assert_array_equal(got == 0, ref == 0)
+            if density == 1.0:
+                assert n_got == n_ref
+
+
+def test_sparse_spectral_matches_dense(noisy, monkeypatch):
+    import adseg.consensus.sccbg as sccbg_module
+
+    monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", 1.0)
+    labels, _ = noisy
+    Y, *_ = setup(labels)
+    rng = np.random.default_rng(2)
+    S = Y * rng.uniform(0.5, 1.0, size=Y.shape)
+    mult = rng.integers(1, 4, size=Y.shape[0]).astype(float)
+    dense = spectral(S, mult, 4)
+    sparse = spectral(S, mult, 4, sparse=True)
+    np.testing.assert_allclose(sparse[0], dense[0], atol=1e-12)  # σ
+    np.testing.assert_allclose(sparse[3], dense[3], atol=1e-12)  # du
+    np.testing.assert_allclose(sparse[4], dense[4], atol=1e-12)  # dv
+    # U and V up to the sign of each singular pair (σ distinct here)
+    for a, b in ((sparse[1], dense[1]), (sparse[2], dense[2])):
+        signs = np.sign(np.sum(a * b, axis=0))
+        np.testing.assert_allclose(a * signs, b, atol=1e-8)
+
+
+@pytest.mark.parametrize("learn_weights", [True, False])
+def test_sparse_fit_matches_dense_fit(learn_weights, monkeypatch):
+    """A whole fit with the sparse path forced on (below its size threshold) gives the dense
+    path's labels and, to the solver tolerance, its graph."""
+    import adseg.consensus.sccbg as sccbg_module
+
+    monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", 0.5)
+    labels, _ = blobs_ensemble(n=200, c=4, m=8, std=2.0, seed=5)
+    kw = dict(gamma=1e-3, learn_weights=learn_weights, random_state=0)
+    dense = SCCBG(4, sparse=False, **kw).fit(labels)
+    sparse = SCCBG(4, sparse=True, **kw).fit(labels)
+    assert sparse.sparse_ and not dense.sparse_
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    assert sparse.labels_path_ == dense.labels_path_
+    assert sparse.n_iter_ == dense.n_iter_
+    np.testing.assert_allclose(sparse.graph_, dense.graph_, atol=1e-5)
+    # below the size threshold "auto" keeps the dense path
+    assert not SCCBG(4, **kw).fit(labels).sparse_
+
+
+def test_sparse_must_be_a_flag_or_auto():
+    labels, _ = blobs_ensemble(n=60, c=3, m=4)
+    for bad in ("yes", 1, None):
+        with pytest.raises(TypeError, match="sparse"):
+            SCCBG(3, sparse=bad).fit(labels)

@@ -9,7 +9,8 @@ is cut into ``n_clusters`` segments by normalised cut. Solvers: the paper's mult
 (default, with the spec's typo corrections) or FISTA; both reach the one optimum.
 ``beta="auto"`` removes input clusters smaller than a quarter of the median one. Missing labels
 (-1) are supported. Cost, linear in n: O(R K² + K³) per iteration on the R ≤ n distinct label
-rows, memory a few R×K float64 arrays, no n×n array. Derivations, measured cost and deviations
+rows (with ``mixed_precision`` on, large inputs, ⅘ of those flops run in float32), memory a few
+R×K float64 arrays, no n×n array. Derivations, measured cost and deviations
 from the spec: docs/algorithms/rcec.md.
 """
 
@@ -22,13 +23,16 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import MISSING, BaseFuser, check_integer, check_real
+from adseg.consensus._base import MISSING, BaseFuser, check_flag, check_integer, check_real
 from adseg.spectral import assign_labels
 
 _SOLVERS = ("multiplicative", "fista")
 _INITS = ("random", "support")
 _ASSIGN = ("kmeans", "discretize", "cluster_qr")
 _TINY = 1e-300
+# R·K² from which mixed_precision="auto" runs the update's products in float32 (~1 s of float64
+# GEMMs per iteration on one core); below it the all-float64 path runs unchanged
+MIXED_PRECISION_WORK = 1e10
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,12 +179,23 @@ def solve_multiplicative(
     varsigma: float,
     tol: float,
     max_iter: int,
+    mixed_precision: bool = False,
 ) -> tuple[np.ndarray, list[float], bool, np.ndarray]:
     """The paper's multiplicative update (spec §3.2–3.3) from a strictly positive Z0.
 
     Stops when |F_t − F_{t+1}| ≤ tol·|F_t| (plus 1e-14·‖L̃‖² for the F → 0 case λ = β = 0) or after
     ``max_iter`` updates. Returns (Z, objective history F_0..F_T, converged, H at the final Z).
-    Memory: Z, numerator and denominator (R × K each) plus K×K matrices.
+
+    ``mixed_precision``: the update's two products Z·[H]₋ and Z·[H]₊ run as one float32 GEMM
+    (R × K by K × 2K, ~3.5× the float64 rate); Z, ZᵀZ, H, the objective and the stopping test
+    stay float64. Each factor √(num/den) then carries a relative error ~1e-7 (float32 rounding
+    of sums of non-negative terms), far below the 1e-6 stopping tolerance; the iteration is a
+    contraction to the one optimum, so the error does not accumulate
+    (docs/algorithms/rcec.md, "Mixed precision").
+
+    Cost per iteration: ZᵀZ (½ R K² flops, SYRK), the K × K eigendecomposition (O(K³)) and the two
+    products (2 R K²; in float32 when mixed) — linear in R. Memory: Z, numerator and denominator
+    (R × K float64 each; mixed: Z in float32 and the R × 2K float32 product instead) plus K × K.
     """
     Z = Z0.copy()
     R, K = Z.shape
@@ -198,11 +213,21 @@ def solve_multiplicative(
         if t == max_iter:
             break
         d = 1.0 / (np.sqrt((Z**2).sum(axis=0)) + varsigma)
-        num = Z @ np.maximum(-H, 0.0)
-        num *= lam
+        if mixed_precision:
+            Hs = np.empty((K, 2 * K), dtype=np.float32)
+            Hs[:, :K] = np.maximum(-H, 0.0)
+            Hs[:, K:] = np.maximum(H, 0.0)
+            P = Z.astype(np.float32) @ Hs
+            # widened and scaled in one pass each (the same values as astype, then *= lam)
+            num = np.multiply(P[:, :K], lam, dtype=np.float64)
+            den = np.multiply(P[:, K:], lam, dtype=np.float64)
+            del P, Hs
+        else:
+            num = Z @ np.maximum(-H, 0.0)
+            den = Z @ np.maximum(H, 0.0)
+            num *= lam
+            den *= lam
         num += 2.0 * Lt
-        den = Z @ np.maximum(H, 0.0)
-        den *= lam
         den += Z * (2.0 + beta * d)[None, :]
         np.maximum(den, _TINY, out=den)
         num /= den
@@ -310,6 +335,28 @@ def ncut_embedding(
     return emb, int(zero.sum())
 
 
+def _kmeans_distinct_rows(
+    emb: np.ndarray, weights: np.ndarray, n_clusters: int, random_state
+) -> np.ndarray:
+    """``assign_labels(emb[item_rows], method="kmeans")`` for large inputs: k-means (10 seeded
+    starts) on the R distinct embedding rows weighted by how many items share each — the same
+    k-means objective as on the n item rows; only the k-means++ draws differ. Row normalisation
+    and the zero-row rule as ``adseg.spectral.assign_labels``. Returns (R,) labels 0..k'−1
+    without gaps. Cost O(R c² (log c + iterations)) per start instead of O(n c² (...)). (float32
+    input was tried and is slower: scikit-learn's k-means++ distances upcast it in chunks.)"""
+    from sklearn.cluster import KMeans
+
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    nonzero = norms > 1e-10 * norms.max()
+    Xn = np.divide(emb, norms, out=np.zeros_like(emb), where=nonzero)
+    n_clusters = min(n_clusters, emb.shape[0])
+    if n_clusters <= 1:
+        return np.zeros(emb.shape[0], dtype=np.int64)
+    km = KMeans(n_clusters=n_clusters, n_init=10, random_state=random_state)
+    found = km.fit_predict(Xn, sample_weight=weights)
+    return np.unique(found, return_inverse=True)[1].astype(np.int64).ravel()
+
+
 def _discretize(embedding: np.ndarray, n_clusters: int, method: str, random_state) -> np.ndarray:
     if method == "discretize" and n_clusters > 1:
         return _discretize_rotation(embedding, n_clusters, random_state)
@@ -363,6 +410,11 @@ class RCEC(BaseFuser):
     max_iter : update limit (500).
     varsigma : ς, guard in D = diag(1/(‖X_{·j}‖ + ς)) (1e-10).
     assign_labels : "kmeans" (row-normalised embedding), "discretize" (Yu–Shi), "cluster_qr".
+    mixed_precision : the multiplicative update's two R × K × K products in float32 (everything
+        else float64; see ``solve_multiplicative``): True, False, or "auto" (default) — on when
+        R·K² ≥ 1e10 (R distinct label rows, K input clusters), i.e. when the products take
+        ~1 s or more per iteration (n ≳ 20,000 advertisers at K ≈ 700); smaller inputs keep the
+        all-float64 path exactly. Ignored by ``solver="fista"``.
     random_state : seed for the start and the label assignment.
 
     Attributes
@@ -379,6 +431,7 @@ class RCEC(BaseFuser):
         it to (n_items, K) (which costs n·K floats).
     item_rows_ : (n_items,) index of each item's distinct row in ``X_unique_``.
     objective_ : list of F values per iteration; n_iter_ ; converged_ .
+    mixed_precision_ : whether the update's products ran in float32.
     """
 
     def __init__(
@@ -395,6 +448,7 @@ class RCEC(BaseFuser):
         max_iter: int = 500,
         varsigma: float = 1e-10,
         assign_labels: str = "kmeans",
+        mixed_precision: bool | str = "auto",
         random_state=None,
     ):
         self.n_clusters = n_clusters
@@ -408,6 +462,7 @@ class RCEC(BaseFuser):
         self.max_iter = max_iter
         self.varsigma = varsigma
         self.assign_labels = assign_labels
+        self.mixed_precision = mixed_precision
         self.random_state = random_state
 
     # -- validation ---------------------------------------------------------------------------
@@ -420,6 +475,8 @@ class RCEC(BaseFuser):
         if not (isinstance(self.beta, str) and self.beta == "auto"):
             check_real("beta", self.beta, low_inclusive=True)
         check_integer("max_iter", self.max_iter)
+        if not (isinstance(self.mixed_precision, str) and self.mixed_precision == "auto"):
+            check_flag("mixed_precision", self.mixed_precision)
         for name, value, allowed in (
             ("solver", self.solver, _SOLVERS),
             ("init", self.init, _INITS),
@@ -449,10 +506,18 @@ class RCEC(BaseFuser):
             lam=lam, beta=beta, gamma=gamma, tol=float(self.tol), max_iter=int(self.max_iter)
         )
         if self.solver == "multiplicative":
+            R, K = Lt.shape
+            mixed = (
+                R * K * K >= MIXED_PRECISION_WORK
+                if isinstance(self.mixed_precision, str)
+                else bool(self.mixed_precision)
+            )
+            self.mixed_precision_ = mixed
             Z, history, converged, H = solve_multiplicative(
-                Lt, Z0, varsigma=float(self.varsigma), **kwargs
+                Lt, Z0, varsigma=float(self.varsigma), mixed_precision=mixed, **kwargs
             )
         else:
+            self.mixed_precision_ = False
             Z, history, converged, H = solve_fista(Lt, Z0, **kwargs)
         if not converged:
             warnings.warn(
@@ -480,7 +545,10 @@ class RCEC(BaseFuser):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        self.labels_ = _discretize(emb[item_rows], c, self.assign_labels, self._rng)
+        if self.mixed_precision_ and self.assign_labels == "kmeans" and c > 1:
+            self.labels_ = _kmeans_distinct_rows(emb, w, c, self._rng)[item_rows]
+        else:
+            self.labels_ = _discretize(emb[item_rows], c, self.assign_labels, self._rng)
 
     def _beta(self, sizes: np.ndarray) -> float:
         """The β used (``beta`` or the "auto" rule on the input clusters' ``sizes``); a

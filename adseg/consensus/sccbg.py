@@ -10,8 +10,10 @@ Missing labels (-1) are supported.
 The result is deterministic for a given item order but not exactly equivariant to reordering
 items or columns: on weakly structured input, or while the graph has c + 1 or more components,
 other orders can reach other local optima. Cost: O(n_iter · (T_W + T_S + 1) · u k²) time on the
-u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array. Implementation
-choices and measurements: docs/algorithms/sccbg.md.
+u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array; with
+``sparse`` on (large inputs), an S-sweep or spectral step on an S with nnz(S) < 3 % of u·k costs
+O(nnz(S)·k + u k) instead of O(u k²). Implementation choices and measurements:
+docs/algorithms/sccbg.md.
 """
 
 from __future__ import annotations
@@ -38,6 +40,25 @@ from adseg.consensus._base import (
 DEFAULT_GAMMA_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 _DEN_EPS = 1e-12
 _DEG_EPS = 1e-12
+# u·k (distinct rows × input clusters) from which ``sparse="auto"`` lets the W ≡ 1 S-sweeps and
+# the spectral step use sparse products once S is mostly exact zeros; smaller inputs keep the
+# dense path unchanged
+SPARSE_WORK = 5_000_000
+# nonzero share of S below which the sparse path is taken (dense float32 GEMMs win above it)
+SPARSE_DENSITY = 0.03
+
+
+def _block_slices(blocks) -> list:
+    """``blocks`` (column index arrays) with each contiguous run as a slice: a view instead of a
+    fancy-index copy per access, the same values. O(k)."""
+    out = []
+    for J in blocks:
+        J = np.asarray(J)
+        if J.size and np.array_equal(J, np.arange(J[0], J[0] + J.size)):
+            out.append(slice(int(J[0]), int(J[0]) + J.size))
+        else:
+            out.append(J)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -92,30 +113,44 @@ def phi(S: np.ndarray, W: np.ndarray, C: np.ndarray, mult: np.ndarray | None = N
 
 
 def spectral(
-    S: np.ndarray, mult: np.ndarray, n_vectors: int
+    S: np.ndarray, mult: np.ndarray, n_vectors: int, sparse: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Top ``n_vectors`` singular triplets of Ŝ = D_u^{-1/2} S D_v^{-1/2} (spec §3.2), where rows
     of S stand for ``mult`` identical instances each.
 
     Returns (σ (n_vectors,), U (u × n_vectors), V (k × n_vectors), du (u,), dv (k,)); σ beyond
     the rank are 0. Via the k × k Gram matrix: O(u k² + k³) time, one u × k temporary.
+    ``sparse``: when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero, Ŝ is held as CSR
+    and the Gram matrix and U = Ŝ V Σ⁻¹ are sparse products: O(Σ_i nnz(S_i)² + nnz(S)·n_vectors
+    + k³) time, O(nnz(S) + u·n_vectors) memory. Same quantities; rounding differs.
     """
     u, k = S.shape
-    du = S.sum(axis=1)
-    dv = mult @ S
-    su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
-    sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-    S_hat = S * su[:, None] * sv[None, :]
-    X = S_hat * np.sqrt(mult)[:, None]
-    gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
-    del X
+    if sparse and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
+        Ssp = sp.csr_matrix(S)
+        du = np.asarray(Ssp.sum(axis=1)).ravel()
+        dv = Ssp.T @ mult
+        su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
+        sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
+        S_hat = sp.diags(su) @ Ssp @ sp.diags(sv)
+        X = sp.diags(np.sqrt(mult)) @ S_hat
+        gram = (X.T @ X).toarray()
+        del X, Ssp
+    else:
+        du = S.sum(axis=1)
+        dv = mult @ S
+        su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
+        sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
+        S_hat = S * su[:, None] * sv[None, :]
+        X = S_hat * np.sqrt(mult)[:, None]
+        gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
+        del X
     r = min(n_vectors, k)
     vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
     vals, vecs = vals[::-1], vecs[:, ::-1]
     sig = np.sqrt(np.clip(vals, 0.0, None))
     # The Gram route squares σ; σ ≤ 1 holds exactly in theory, so clip the rounding above 1.
     sig = np.minimum(sig, 1.0)
-    U = S_hat @ vecs
+    U = np.asarray(S_hat @ vecs)
     nz = sig > 1e-10
     U[:, nz] /= sig[nz]
     U[:, ~nz] = 0.0
@@ -158,8 +193,14 @@ def w_step(
     below ``tol``) and later sweeps only touch the rows still moving. Rows that provably end at
     W_i ≡ 1 are set directly: g is increasing in W, so g(W) ≤ g(1), and where
     2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
+
+    Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
+    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about ten
+    u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
+    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md).
     """
     u, k = S.shape
+    blocks = _block_slices(blocks)
     A2 = (S - Y) ** 2
     S2 = S * S
     g1 = np.maximum(S2 * C_off.sum(axis=0) - 2.0 * S * (S @ C_off) + S2 @ C_off, 0.0)
@@ -178,7 +219,7 @@ def w_step(
         row_delta = np.zeros(ua)
         flat = T.reshape(3 * ua, k)
         for J in blocks:  # loop over base clusterings
-            P = (flat @ C_off[:, J]).reshape(3, ua, J.size)
+            P = (flat @ C_off[:, J]).reshape(3, ua, -1)
             Sj = Sa[:, J]
             g = np.maximum(S2a[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
             num = lam - 2.0 * gamma * g
@@ -223,6 +264,7 @@ def s_step(
     max_sweeps=100,
     omega=1.0,
     coarse_tol=None,
+    sparse=False,
 ) -> tuple[np.ndarray, int]:
     """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
     at once, warm-started from S (modified in place and returned with the sweep count).
@@ -237,15 +279,32 @@ def s_step(
     until every row moves less than ``coarse_tol``, then finishes in float64 to ``tol``: the
     float64 sweeps decide convergence, so the result meets the same stopping rule and the
     minimiser is the same (the problem is convex); only the path to it changes.
+
+    ``sparse`` (W ≡ 1): when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero (the
+    clipping makes exact zeros; late in a run ~1 % remain), all sweeps run in float64 with the
+    coupling products from sparse copies of S: O(nnz(S)·k + u k) per sweep instead of O(u k²).
+    Same stopping rule, same minimiser; the rounding (summation order) differs from the dense
+    GEMM's. Cost otherwise O(u k²) per sweep; memory a few u × k arrays (float32 copies when
+    ``coarse_tol`` is set).
     """
     sweeps = 0
+    if sparse and weights_are_one and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
+        # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs; when
+        # S fills in (the first S-step from S = Y), the dense sweeps below take over
+        _, sweeps, finished = _s_sweeps_sparse(
+            S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega
+        )
+        if finished:
+            return S, sweeps
+        max_sweeps -= sweeps
     if coarse_tol is not None and coarse_tol > tol:
         f32 = np.float32
         S32 = S.astype(f32)
-        _, sweeps = _s_sweeps(
+        _, coarse = _s_sweeps(
             S32, W.astype(f32), Y.astype(f32), C_off.astype(f32), blocks, gamma, rho,
             H.astype(f32), weights_are_one, coarse_tol, max_sweeps, omega,
         )  # fmt: skip
+        sweeps += coarse
         S[...] = S32
     _, fine = _s_sweeps(
         S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_sweeps, omega
@@ -254,8 +313,10 @@ def s_step(
 
 
 def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_sweeps, omega):
-    """The sweeps of :func:`s_step` in the dtype of the arrays passed (S updated in place)."""
+    """The sweeps of :func:`s_step` in the dtype of the arrays passed (S updated in place).
+    O(u k²) per sweep (one GEMM per block) on the rows still moving."""
     u, k = S.shape
+    blocks = _block_slices(blocks)
     if weights_are_one:
         r_const = C_off.sum(axis=0)
     active = np.arange(u)
@@ -271,20 +332,28 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
             old = Sa[:, J]
             if weights_are_one:
                 t = Sa @ C_off[:, J]
-                num = 2.0 * Ya[:, J] + 4.0 * gamma * t - rho * Ha[:, J]
-                den = np.broadcast_to(2.0 + 4.0 * gamma * r_const[J][None, :], old.shape)
+                # num = 2Y + 4γ t − ρH and new = clip(old + ω(num/den − old), 0, 1), evaluated
+                # in place in the same order (den = 2 + 4γ Σ_q C_pq ≥ 2 > 0)
+                t *= 4.0 * gamma
+                t += 2.0 * Ya[:, J]
+                t -= rho * Ha[:, J]
+                t /= (2.0 + 4.0 * gamma * r_const[J])[None, :]
+                t -= old
+                t *= omega
+                t += old
+                new = np.clip(t, 0.0, 1.0, out=t)
             else:
                 Wj = Wa[:, J]
                 t = WSa @ C_off[:, J]
                 r = Wa @ C_off[:, J]
                 num = 2.0 * W2a[:, J] * Ya[:, J] + 4.0 * gamma * Wj * t - rho * Ha[:, J]
                 den = 2.0 * W2a[:, J] + 4.0 * gamma * Wj * r
-            with np.errstate(divide="ignore", invalid="ignore"):
-                new = np.where(
-                    den > _DEN_EPS,
-                    np.clip(old + omega * (num / den - old), 0.0, 1.0),
-                    np.where(Ha[:, J] > 0, 0.0, old),
-                )
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    new = np.where(
+                        den > _DEN_EPS,
+                        np.clip(old + omega * (num / den - old), 0.0, 1.0),
+                        np.where(Ha[:, J] > 0, 0.0, old),
+                    )
             np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
             Sa[:, J] = new
             if not weights_are_one:
@@ -302,6 +371,85 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     if active.size:
         S[active] = Sa
     return S, sweeps
+
+
+def _rows_cols(rows: np.ndarray, J):
+    """Index of the sub-matrix rows × J (J a slice or an index array)."""
+    return (rows, J) if isinstance(J, slice) else np.ix_(rows, J)
+
+
+def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega):
+    """The W ≡ 1 sweeps of :func:`s_step` with S held as one CSR matrix per base clustering
+    (float64; S updated in place at the end).
+
+    The same projected-SOR coordinate update as :func:`_s_sweeps`, block by block,
+    new = clip(old + ω((2Y + 4γ S C_off − ρH)/den − old), 0, 1) with den = 2 + 4γ C_off 1,
+    regrouped as S·(4γ C_off/den) + 2Y/den − ρH/den so that the coupling product is sparse ×
+    dense and the Y and relaxation terms touch only non-zeros. Per sweep and active row:
+    O(nnz(S_i)·k) for the products plus ~7 passes over the row's k entries (the dense solver
+    makes ~20 and a k × k product). Memory: the CSR blocks, ρH/den (u × k) and one u × k_b
+    block at a time. Returns (S, sweeps, finished): not finished when S filled in past twice
+    ``SPARSE_DENSITY`` (then S holds the state reached, for the dense sweeps to go on from)."""
+    u, k = S.shape
+    blocks = _block_slices(blocks)
+    den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
+    A = (4.0 * gamma) * C_off / den[None, :]
+    Ab = [np.ascontiguousarray(A[:, J]) for J in blocks]
+    Hd = H * (rho / den)[None, :]
+    Sp = [sp.csr_matrix(S[:, J]) for J in blocks]
+    yterm = []  # (rows, cols, 2 Y/den) of each block's non-zeros of Y
+    for J in blocks:  # loop over base clusterings
+        Yb = Y[:, J]
+        r, c = np.nonzero(Yb)
+        yterm.append((r, c, 2.0 * Yb[r, c] / den[J][c]))
+    active = np.arange(u)
+    sweeps = 0
+    finished = True  # max_sweeps spent counts as finished, as in the dense solver
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
+        if sum(P.nnz for P in Sp) > 2.0 * SPARSE_DENSITY * active.size * k:
+            # filled in (the first S-step from S = Y): the dense sweeps take over these rows
+            sweeps -= 1
+            finished = False
+            break
+        row_delta = np.zeros(active.size)
+        for b, J in enumerate(blocks):  # loop over base clusterings
+            x = sp.hstack(Sp, format="csr") @ Ab[b]  # ua × k_b, dense
+            x -= Hd[:, J]
+            r, c, v = yterm[b]
+            x[r, c] += v
+            P = Sp[b]  # the block's old values (zero outside P's pattern)
+            pr = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
+            pc = P.indices
+            if omega != 1.0:
+                x *= omega
+                x[pr, pc] += (1.0 - omega) * P.data
+            np.clip(x, 0.0, 1.0, out=x)
+            # max_j |new − old| per row: new itself where old = 0 (new ≥ 0)
+            kept = x[pr, pc]
+            x[pr, pc] = np.abs(kept - P.data)
+            np.maximum(row_delta, x.max(axis=1, initial=0.0), out=row_delta)
+            x[pr, pc] = kept
+            Sp[b] = sp.csr_matrix(x)
+            del x
+        done = row_delta < tol
+        if done.any():
+            rows = active[done]
+            for P, J in zip(Sp, blocks, strict=True):  # loop over base clusterings
+                S[_rows_cols(rows, J)] = P[done].toarray()
+            keep = ~done
+            active = active[keep]
+            if active.size == 0:
+                break
+            new_index = np.cumsum(keep) - 1
+            Sp = [P[keep] for P in Sp]
+            Hd = Hd[keep]
+            for b, (r, c, v) in enumerate(yterm):  # loop over base clusterings
+                on = keep[r]
+                yterm[b] = (new_index[r[on]], c[on], v[on])
+    if active.size:
+        for P, J in zip(Sp, blocks, strict=True):  # loop over base clusterings
+            S[_rows_cols(active, J)] = P.toarray()
+    return S, sweeps, finished
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,6 +484,12 @@ class SCCBG(BaseFuser):
         before the float64 sweeps that decide convergence; ~1.3× faster, same minimiser.
     gamma_grid : candidates for ``gamma="auto"``.
     compress : fuse items with identical label rows (exact; see docs/algorithms/sccbg.md).
+    sparse : True, False or "auto" (default: on when u·k ≥ ``SPARSE_WORK`` = 5e6, u distinct
+        label rows, k input clusters — n ≳ 8,000 advertisers at k ≈ 650). When on, every
+        S-step with W ≡ 1 and the spectral step switch to sparse products while S has fewer
+        than 3 % non-zero entries (most of a run: the clipping leaves exact zeros), which cuts
+        their cost from O(u k²) to O(nnz(S)·k + u k) per sweep. Same minimiser and stopping rule,
+        other rounding; small inputs (below the threshold) run the dense path unchanged.
     random_state : seeds the k-means fallback only (the rest is deterministic).
 
     Attributes
@@ -356,7 +510,8 @@ class SCCBG(BaseFuser):
     fallback_used_ : labels_path_ is not "components"/"trivial".
     n_components_found_, n_isolated_instances_, n_iter_, converged_, gamma_,
     lambda_history_, rho_history_, singular_values_ (last top c+1 σ), n_unique_rows_,
-    relaxation_ (the S-step's ω of the returned run),
+    relaxation_ (the S-step's ω of the returned run), sparse_ (whether the sparse path was
+    allowed),
     gamma_scores_ (for "auto": {γ: (ANMI, fallback_used)}).
 
     Cost: O(n k) memory (no n × n array), O(n_iter · sweeps · u k²) time; see
@@ -381,6 +536,7 @@ class SCCBG(BaseFuser):
         mixed_precision: bool = True,
         gamma_grid: tuple[float, ...] = DEFAULT_GAMMA_GRID,
         compress: bool = True,
+        sparse: bool | str = "auto",
         random_state=None,
     ):
         self.n_clusters = n_clusters
@@ -398,6 +554,7 @@ class SCCBG(BaseFuser):
         self.mixed_precision = mixed_precision
         self.gamma_grid = gamma_grid
         self.compress = compress
+        self.sparse = sparse
         self.random_state = random_state
 
     # -- validation ----------------------------------------------------------------------------
@@ -433,6 +590,8 @@ class SCCBG(BaseFuser):
             check_integer(name, getattr(self, name))
         for flag in ("learn_weights", "mixed_precision", "compress"):
             check_flag(flag, getattr(self, flag))
+        if not (isinstance(self.sparse, str) and self.sparse == "auto"):
+            check_flag("sparse", self.sparse)
 
     # -- fit -----------------------------------------------------------------------------------
 
@@ -503,7 +662,10 @@ class SCCBG(BaseFuser):
             setattr(self, key + "_", run[key])
 
     def _run(self, Y, mult, block_of, first, gamma, c) -> dict:
-        """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7)."""
+        """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7). Cost per outer
+        iteration: a W-step while the self-paced phase lasts (see ``w_step``), one S-step (see
+        ``s_step``), one ``spectral`` and one ``h_matrix`` (u × c × k GEMM); memory ~8 u × k
+        float64 arrays besides the W-step's."""
         u, k = Y.shape
         m = int(block_of.max()) + 1
         blocks = [np.nonzero(block_of == b)[0] for b in range(m)]
@@ -515,6 +677,8 @@ class SCCBG(BaseFuser):
             young_relaxation(C_off, gamma) if self.relaxation == "auto" else float(self.relaxation)
         )
         coarse = 1e-4 if self.mixed_precision and self.inner_tol < 1e-4 else None
+        sparse = u * k >= SPARSE_WORK if isinstance(self.sparse, str) else bool(self.sparse)
+        self.sparse_ = sparse
 
         S = Y.copy()
         W = np.ones_like(Y)
@@ -525,7 +689,7 @@ class SCCBG(BaseFuser):
             return self._result(
                 np.zeros(u, dtype=np.int64), "trivial", S, W, 0, True, c, [], [], []
             )
-        sig, U, V, du, dv = spectral(S, mult, c + 1)
+        sig, U, V, du, dv = spectral(S, mult, c + 1, sparse)
         lam_hist, rho_hist, sweeps_hist = [], [], []
         converged = False
         n_iter = 0
@@ -534,9 +698,12 @@ class SCCBG(BaseFuser):
             rho_hist.append(rho)
             sw = 0
             if self.learn_weights:
-                # W ≡ 1 is a fixed point once λ ≥ 2 max A² + 2γ max_p Σ_q C_pq (spec §2.4).
-                a2max = float(np.max((S - Y) ** 2, initial=0.0))
-                if not (w_is_one and lam >= 2.0 * a2max + 2.0 * gamma * max_coupling):
+                # W ≡ 1 is a fixed point once λ ≥ 2 max A² + 2γ max_p Σ_q C_pq (spec §2.4);
+                # A² ≤ 1, so λ ≥ 2 + 2γ max_p Σ_q C_pq decides it without the u × k pass
+                sure = w_is_one and lam >= 2.0 + 2.0 * gamma * max_coupling
+                if not sure:
+                    a2max = float(np.max((S - Y) ** 2, initial=0.0))
+                if not sure and not (w_is_one and lam >= 2.0 * a2max + 2.0 * gamma * max_coupling):
                     W, sw = w_step(
                         S, W, Y, C_off, blocks, lam, gamma,
                         tol=self.inner_tol, max_sweeps=self.max_sweeps,
@@ -548,13 +715,13 @@ class SCCBG(BaseFuser):
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
                 weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
-                omega=omega, coarse_tol=coarse,
+                omega=omega, coarse_tol=coarse, sparse=sparse,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
             dS = np.sqrt(mult @ ((S - S_prev) ** 2).sum(1)) / max(
                 np.sqrt(mult @ (S_prev**2).sum(1)), 1e-12
             )
-            sig, U, V, du, dv = spectral(S, mult, c + 1)
+            sig, U, V, du, dv = spectral(S, mult, c + 1, sparse)
             fn1 = float(np.sum(1.0 - sig[:c]))
             fn2 = fn1 + float(1.0 - sig[c])
             exact_c = False
