@@ -102,7 +102,7 @@ def sample_generate(
     paths = write_marketplace(market, out_dir)
     if not quiet:
         out.print(
-            f"wrote {len(market.advertisers):,} advertisers, {len(market.auctions):,} auctions, "
+            f"wrote {len(market.advertisers):,} advertisers, {market.n_auctions:,} auctions, "
             f"{len(market.delivery):,} delivery rows to {out_dir} "
             f"in {time.perf_counter() - t0:.1f} s",
             markup=False,

@@ -8,6 +8,7 @@ import difflib
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from adseg.ingest.batch import (
@@ -19,6 +20,7 @@ from adseg.ingest.batch import (
     Problem,
     _rows_problem,
 )
+from adseg.ingest.chunked import scan_chunked, streams
 from adseg.ingest.readers import read_table_file
 from adseg.ingest.validate import _id_ok, validate_advertisers, validate_auctions, validate_delivery
 
@@ -117,12 +119,25 @@ def _misspelled_table_files(directory: Path, found: dict[str, Path]) -> list[Pro
 def read_directory(directory: Path, known_advertisers: set[str] | frozenset = frozenset()):
     """Read and validate every table file in ``directory``. ``known_advertisers`` are the ids the
     database already has (auctions/delivery may refer to them). Returns an IngestBatch; raises
-    IngestError listing every problem found (across all files) otherwise."""
+    IngestError listing every problem found (across all files) otherwise.
+
+    A large auctions file (``adseg.ingest.chunked.streams``) is validated chunk by chunk and
+    returned as a :class:`adseg.ingest.chunked.ChunkedTable` that the write reads again; every
+    other table is held whole. Cost: O(rows) time; memory ≈ 1 KiB per row of the tables held
+    whole and of one chunk, plus 9 bytes per row of a chunked file."""
     files = find_table_files(directory)
     problems: list[Problem] = []
     batch = IngestBatch(files=files)
     raw = {}
+    validators = {
+        "advertisers": validate_advertisers,
+        "auctions": validate_auctions,
+        "delivery": validate_delivery,
+    }
+    chunked = [t for t, path in files.items() if streams(t, path)]
     for table, path in files.items():
+        if table in chunked:
+            continue
         try:
             raw[table] = read_table_file(path)
         except IngestError as exc:  # a rule broken while reading (rows not as wide as the header)
@@ -134,11 +149,6 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
             )
         except Exception as exc:  # unreadable file: say which and why, check the others too
             problems.append(Problem(str(path), f"cannot be read: {exc}"))
-    validators = {
-        "advertisers": validate_advertisers,
-        "auctions": validate_auctions,
-        "delivery": validate_delivery,
-    }
     for table, frame in raw.items():
         typed, found = validators[table](frame, str(files[table]))
         problems += found
@@ -149,13 +159,44 @@ def read_directory(directory: Path, known_advertisers: set[str] | frozenset = fr
     known = set(known_advertisers)
     if batch.advertisers is not None:
         known |= set(batch.advertisers["advertiser_id"])
+
+    def unknown(ids: pd.Series) -> np.ndarray:
+        # an empty or over-long id is reported as such already, not again as unknown
+        return ~ids.isin(known).to_numpy() & _id_ok(ids)
+
     for table in ("auctions", "delivery"):
         frame = getattr(batch, table)
         if frame is not None and "advertiser_id" in frame:
-            ids = frame["advertiser_id"]
-            # an empty or over-long id is reported as such already, not again as unknown
-            unknown = ~ids.isin(known).to_numpy() & _id_ok(ids)
-            problems += _rows_problem(str(files[table]), unknown, "unknown advertiser_id")
+            problems += _rows_problem(str(files[table]), unknown(frame["advertiser_id"]), _UNKNOWN)
+    for table in chunked:  # after the others: their problems come first, as they did
+        problems += _read_chunked(batch, table, files[table], validators[table], unknown)
     if problems:
         raise IngestError(problems)
     return batch
+
+
+_UNKNOWN = "unknown advertiser_id"
+
+
+def _read_chunked(batch: IngestBatch, table: str, path: Path, validator, unknown) -> list[Problem]:
+    """Validate a large table file chunk by chunk and set it on ``batch`` as a ChunkedTable;
+    a file Arrow's streaming reader refuses is read whole (as a small one). Returns the
+    problems."""
+    chunked, problems = scan_chunked(table, path, validator, unknown)
+    if chunked is not None or problems:
+        setattr(batch, table, chunked)
+        return problems
+    try:
+        frame = read_table_file(path)
+    except IngestError as exc:
+        return exc.problems
+    except pd.errors.EmptyDataError:
+        columns = ", ".join(COLUMNS[table])
+        return [Problem(str(path), f"the file is empty; expected a header row: {columns}")]
+    except Exception as exc:  # noqa: BLE001 — unreadable file: say which and why
+        return [Problem(str(path), f"cannot be read: {exc}")]
+    typed, problems = validator(frame, str(path))
+    setattr(batch, table, typed)
+    if typed is not None and "advertiser_id" in typed:
+        problems += _rows_problem(str(path), unknown(typed["advertiser_id"]), _UNKNOWN)
+    return problems

@@ -5,14 +5,16 @@ Each step draws from its own child stream of ``numpy.random.SeedSequence(config.
 marketplace. The steps: segments → membership → text → volume (supply, sample rate) → bids →
 daily market levels → delivery (exact landscape per advertiser-day) → the logged auction sample
 → faults (logging faults, bot bursts) → the frames and the truth. The model is described in
-docs/algorithms/simulator.md. Cost: O(rows) time and memory for the auction sample (≈ 530 bytes
-per row), plus O(Σ bid/tick) over advertiser-days for the exact landscape sums.
+docs/algorithms/simulator.md. Cost: O(rows) time and memory for the auction sample (≈ 45 bytes
+per row kept, as compact integer columns; the row-wise steps work in chunks of ``_CHUNK_ROWS``
+rows), plus O(Σ bid/tick) over advertiser-days for the exact landscape sums.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -45,6 +47,15 @@ _STREAMS = (
 )
 """The random streams, one per step, in the order they are spawned from the seed."""
 
+_CHUNK_ROWS = 1_000_000
+"""Rows per step of the row-wise work (draws, faults, formatting): bounds its temporaries."""
+
+
+def _chunks(m: int, size: int | None = None):
+    """``slice``s of [0, m) of at most ``size`` (default ``_CHUNK_ROWS``) rows, in order."""
+    size = _CHUNK_ROWS if size is None else int(size)
+    return (slice(s, min(s + size, m)) for s in range(0, m, size))
+
 
 @dataclass
 class Marketplace:
@@ -53,13 +64,39 @@ class Marketplace:
     ``advertisers`` (n rows), ``auctions`` (one row per logged auction, sorted by advertiser then
     time; price columns float64 in eCPM, ``paid_ecpm`` NaN when lost), ``delivery`` (n × days
     rows), ``truth`` (n rows; see ``sample_campaigns/README.md`` for the columns).
+
+    The auction sample is held as compact integer columns (≈ 40 bytes per row); ``auctions``
+    builds its frame on first use (≈ 500 bytes per row, kept) and :meth:`auction_chunks` yields
+    it in pieces without ever holding it whole (what the writer uses at scale).
     """
 
     config: MarketplaceConfig
     advertisers: pd.DataFrame
-    auctions: pd.DataFrame
     delivery: pd.DataFrame
     truth: pd.DataFrame
+    _rows: _Rows = field(repr=False)
+    _auctions: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def n_auctions(self) -> int:
+        """The number of logged auction rows (without building the frame)."""
+        return int(self._rows.adv.size)
+
+    @property
+    def auctions(self) -> pd.DataFrame:
+        """Every logged auction as one frame (built on first use, then kept)."""
+        if self._auctions is None:
+            ids = self.advertisers["advertiser_id"].to_numpy(dtype=object)
+            self._auctions = _auctions_frame(self.config, self._rows, ids)
+        return self._auctions
+
+    def auction_chunks(self, rows: int | None = None) -> Iterator[pd.DataFrame]:
+        """The ``auctions`` frame in consecutive pieces of at most ``rows`` rows (index from 0 in
+        each; default ``_CHUNK_ROWS``); their concatenation equals ``auctions``. Memory: one
+        piece at a time."""
+        ids = self.advertisers["advertiser_id"].to_numpy(dtype=object)
+        for part in _chunks(self.n_auctions, rows):
+            yield _auctions_frame(self.config, self._rows, ids, part)
 
 
 def _streams(seed: int, names: tuple[str, ...]) -> dict[str, np.random.Generator]:
@@ -207,7 +244,9 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
     Marketplace with ``advertisers`` (n rows), ``auctions`` (≈ n · median_train_samples ·
     exp(sample_count_sigma²/2) · days / train_days rows, ≈ 0.3 M by default), ``delivery``
     (n · days rows) and ``truth`` (n rows).
-    Deterministic in ``config``.
+    Deterministic in ``config``. Cost (2-core VM, 100,000 advertisers, ≈ 23 M rows): see
+    benchmarks/results/ingest_100k.md; memory ≈ 45 bytes per auction row plus one chunk's
+    temporaries and an (m,) int64 sort order, the ``auctions`` frame itself only when asked.
     """
     cfg = MarketplaceConfig() if config is None else config
     if not isinstance(cfg, MarketplaceConfig):
@@ -233,13 +272,8 @@ def simulate_marketplace(config: MarketplaceConfig | None = None) -> Marketplace
     )
     faults = (fault_kind, path_share)
     truth = _truth(cfg, adv_ids, seg, pop, mislead, volume, bids, delivered, rows, faults)
-    return Marketplace(
-        cfg,
-        advertisers,
-        _auctions_frame(cfg, rows, adv_ids),
-        _delivery_frame(cfg, adv_ids, volume, bids, delivered),
-        truth,
-    )
+    delivery = _delivery_frame(cfg, adv_ids, volume, bids, delivered)
+    return Marketplace(cfg, advertisers, delivery, truth, rows)
 
 
 def _membership(cfg: MarketplaceConfig, seg: pd.DataFrame, r_m: np.random.Generator) -> _Population:
@@ -357,33 +391,50 @@ def _auction_rows(
 ) -> tuple[_Rows, np.ndarray]:
     """The logged auction sample before faults: binomial counts per advertiser-day of the logged
     days, a second of the day, a market price from the mixture at the day's market level, and
-    the auction's outcome. Returns the rows and the (n, logged days) counts."""
+    the auction's outcome. Returns the rows and the (n, logged days) counts.
+
+    The draws are those of one whole-array draw each (seconds, then every row's uniform, then
+    every row's normal or gamma variate), taken in chunks of ``_CHUNK_ROWS`` rows: a Generator's
+    ``random``, ``standard_normal`` and ``standard_gamma`` give the same numbers drawn in pieces
+    as at once, so the rows are those of the unchunked code. Cost: O(m) time; memory ≈ 40 bytes
+    per row kept (compact integer columns) plus ≈ 100 bytes per row of one chunk."""
     n, days, train = int(cfg.n_advertisers), int(cfg.days), int(cfg.train_days)
     log_days = days if cfg.log_eval_days else train
     counts = r_a.binomial(volume.supply[:, :log_days], volume.rate[:, None])  # (n, log_days)
-    adv = np.repeat(np.repeat(np.arange(n), log_days), counts.ravel())
-    day = np.repeat(np.tile(np.arange(log_days), n), counts.ravel())
+    adv = np.repeat(np.repeat(np.arange(n, dtype=np.int32), log_days), counts.ravel())
+    day = np.repeat(np.tile(np.arange(log_days, dtype=np.int16), n), counts.ravel())
     m = adv.size
-    second = r_a.integers(0, 86400, m)
-    upper = r_a.random(m) < pop.w2[adv]
-    if cfg.price_family == "gamma":
-        shape, scale = _gamma_parts(
-            np.where(upper, pop.mu2[adv], pop.mu1[adv]) + log_g_adv[adv, day],
-            np.where(upper, pop.s2[adv], pop.s1[adv]),
-        )
-        x = r_a.standard_gamma(shape) * scale
-    else:
-        z = r_a.standard_normal(m)
-        log_x = np.where(upper, pop.mu2[adv] + pop.s2[adv] * z, pop.mu1[adv] + pop.s1[adv] * z)
-        x = np.exp(log_x + log_g_adv[adv, day])
-    mp = np.maximum(np.ceil(x / cfg.tick), np.maximum(pop.reserve_ticks[adv], 1))
-    mp = mp.astype(np.int64)
-    b = bids.ticks[adv, day]
-    won = b >= mp
-    shade = np.floor(pop.theta[adv] * (b - mp) + 0.5).astype(np.int64)
-    paid = np.where(pop.first_price[adv], mp + shade, mp)
-    paid = np.where(won, paid, -1)
-    return _Rows(adv=adv, day=day, second=second, bid=b, market=mp, won=won, paid=paid), counts
+    second = r_a.integers(0, 86400, m).astype(np.int32)
+    upper = np.empty(m, dtype=bool)
+    for c in _chunks(m):
+        upper[c] = r_a.random(c.stop - c.start) < pop.w2[adv[c]]
+    bid = np.empty(m, dtype=np.int64)
+    market = np.empty(m, dtype=np.int64)
+    won = np.empty(m, dtype=bool)
+    paid = np.empty(m, dtype=np.int64)
+    floor_ticks = np.maximum(pop.reserve_ticks, 1)
+    for c in _chunks(m):
+        a, d, u = adv[c], day[c], upper[c]
+        if cfg.price_family == "gamma":
+            shape, scale = _gamma_parts(
+                np.where(u, pop.mu2[a], pop.mu1[a]) + log_g_adv[a, d],
+                np.where(u, pop.s2[a], pop.s1[a]),
+            )
+            x = r_a.standard_gamma(shape) * scale
+        else:
+            z = r_a.standard_normal(a.size)
+            log_x = np.where(u, pop.mu2[a] + pop.s2[a] * z, pop.mu1[a] + pop.s1[a] * z)
+            x = np.exp(log_x + log_g_adv[a, d])
+        mp = np.maximum(np.ceil(x / cfg.tick), floor_ticks[a]).astype(np.int64)
+        b = bids.ticks[a, d]
+        w = b >= mp
+        shade = np.floor(pop.theta[a] * (b - mp) + 0.5).astype(np.int64)
+        p = np.where(pop.first_price[a], mp + shade, mp)
+        bid[c], market[c], won[c], paid[c] = b, mp, w, np.where(w, p, -1)
+    del upper
+    return _Rows(
+        adv=adv, day=day, second=second, bid=bid, market=market, won=won, paid=paid
+    ), counts
 
 
 def _logging_faults(
@@ -391,23 +442,34 @@ def _logging_faults(
 ) -> tuple[_Rows, np.ndarray, np.ndarray]:
     """One logging fault for ``fault_share`` of the advertisers, the kinds of FAULT_KINDS in
     turn, on a share of their rows: market or paid prices logged ×1000 (a unit error), or the
-    bid logged as the market price of lost auctions. Returns the rows as logged, each
-    advertiser's fault kind ("" for none) and the share of its rows affected."""
+    bid logged as the market price of lost auctions. Returns the rows as logged (``rows``'
+    market and paid arrays are changed in place), each advertiser's fault kind ("" for none)
+    and the share of its rows affected. The rows' uniforms are drawn in chunks (the same
+    numbers as one draw). Cost: O(m) time, ≈ 20 bytes per row of one chunk."""
     n = int(cfg.n_advertisers)
     n_faulty = int(round(cfg.fault_share * n))
     faulty = np.sort(r_f.choice(n, size=n_faulty, replace=False)) if n_faulty else np.array([], int)
     fault_kind = np.full(n, "", dtype=object)
     fault_kind[faulty] = np.asarray(FAULT_KINDS, dtype=object)[np.arange(n_faulty) % 4]
     path_share = np.where(fault_kind != "", r_f.uniform(0.3, 0.8, n), 0.0)
-    adv, mp, won = rows.adv, rows.market, rows.won
-    on_path = r_f.random(adv.size) < path_share[adv]
-    kind_row = fault_kind[adv]
-    mp_logged = np.where((kind_row == "unit_market") & on_path, mp * 1000, mp)
-    paid = np.where((kind_row == "unit_paid") & on_path & won, rows.paid * 1000, rows.paid)
-    mp_logged = np.where((kind_row == "bug_market") & ~won, rows.bid, mp_logged)
+    # each advertiser's fault as a small integer: 0 none, 1 + its index in FAULT_KINDS
+    kind_code = np.zeros(n, dtype=np.int8)
+    kind_code[faulty] = 1 + np.arange(n_faulty) % 4
+    unit_market, unit_paid, bug_market = (1 + FAULT_KINDS.index(k) for k in _ROW_FAULTS)
+    for c in _chunks(rows.adv.size):
+        a, won = rows.adv[c], rows.won[c]
+        on_path = r_f.random(a.size) < path_share[a]
+        kind_row = kind_code[a]
+        mp = rows.market[c]
+        mp_logged = np.where((kind_row == unit_market) & on_path, mp * 1000, mp)
+        paid = rows.paid[c]
+        rows.paid[c] = np.where((kind_row == unit_paid) & on_path & won, paid * 1000, paid)
+        rows.market[c] = np.where((kind_row == bug_market) & ~won, rows.bid[c], mp_logged)
     path_share = np.where(fault_kind == "bug_market", 1.0, path_share)
-    logged = _Rows(rows.adv, rows.day, rows.second, rows.bid, mp_logged, rows.won, paid)
-    return logged, fault_kind, path_share
+    return rows, fault_kind, path_share
+
+
+_ROW_FAULTS = ("unit_market", "unit_paid", "bug_market")
 
 
 def _bot_bursts(
@@ -421,7 +483,8 @@ def _bot_bursts(
 ) -> _Rows:
     """Bot bursts: for each "bot_burst" advertiser, extra rows in one hour of one training day
     with very cheap clearing prices (at least 20, twice its training rows). Appends them to
-    ``rows`` and sets the advertiser's ``path_share`` (in place) to their share of its rows."""
+    ``rows`` (column by column: one column's copy at a time) and sets the advertiser's
+    ``path_share`` (in place) to their share of its rows."""
     train, tick = int(cfg.train_days), cfg.tick
     bots = np.flatnonzero(fault_kind == "bot_burst")
     train_counts = counts[:, :train].sum(axis=1)
@@ -436,48 +499,61 @@ def _bot_bursts(
     b_mp = b_mp.astype(np.int64)
     b_won = b_bid >= b_mp
     path_share[bots] = n_bot / np.maximum(n_bot + train_counts[bots], 1)
-    return _Rows(
-        adv=np.concatenate([rows.adv, b_adv]),
-        day=np.concatenate([rows.day, b_day]),
-        second=np.concatenate([rows.second, b_sec]),
-        bid=np.concatenate([rows.bid, b_bid]),
-        market=np.concatenate([rows.market, b_mp]),
-        won=np.concatenate([rows.won, b_won]),
-        paid=np.concatenate([rows.paid, np.where(b_won, b_mp, -1)]),
-    )
+    extra = {
+        "adv": b_adv,
+        "day": b_day,
+        "second": b_sec,
+        "bid": b_bid,
+        "market": b_mp,
+        "won": b_won,
+        "paid": np.where(b_won, b_mp, -1),
+    }
+    return _Rows(**{name: _appended(rows, name, extra[name]) for name in extra})
+
+
+def _appended(rows: _Rows, name: str, extra: np.ndarray) -> np.ndarray:
+    """``rows.<name>`` with ``extra`` appended, in its own dtype; the old column is let go."""
+    column = getattr(rows, name)
+    out = np.concatenate([column, extra.astype(column.dtype)])
+    setattr(rows, name, None)
+    return out
 
 
 def _sorted_rows(rows: _Rows) -> _Rows:
-    """The rows sorted by advertiser, day and second (a stable sort)."""
+    """The rows sorted by advertiser, day and second (a stable sort), column by column (one
+    column's copy at a time beside the (m,) int64 order). O(m log m)."""
     order = np.lexsort((rows.second, rows.day, rows.adv))
-    return _Rows(
-        adv=rows.adv[order],
-        day=rows.day[order],
-        second=rows.second[order],
-        bid=rows.bid[order],
-        market=rows.market[order],
-        won=rows.won[order],
-        paid=rows.paid[order],
-    )
+    names = ("adv", "day", "second", "bid", "market", "won", "paid")
+    out = {}
+    for name in names:
+        out[name] = getattr(rows, name)[order]
+        setattr(rows, name, None)
+    return _Rows(**out)
 
 
-def _auctions_frame(cfg: MarketplaceConfig, rows: _Rows, adv_ids: np.ndarray) -> pd.DataFrame:
-    """The ``auctions`` frame of sorted rows: ids numbered per advertiser, UTC timestamps,
-    prices in eCPM (``paid_ecpm`` NaN when lost)."""
+def _auctions_frame(
+    cfg: MarketplaceConfig, rows: _Rows, adv_ids: np.ndarray, part: slice | None = None
+) -> pd.DataFrame:
+    """The ``auctions`` frame of sorted rows (of ``part`` of them: the same rows as that slice
+    of the whole frame): ids numbered per advertiser, UTC timestamps, prices in eCPM
+    (``paid_ecpm`` NaN when lost). Cost: ≈ 500 bytes per row of the part."""
     tick = cfg.tick
-    adv, day = rows.adv, rows.day
-    seq = np.arange(adv.size) - np.searchsorted(adv, adv, side="left")
+    part = slice(0, rows.adv.size) if part is None else part
+    adv = rows.adv[part].astype(np.int64)
+    day = rows.day[part].astype(np.int64)
+    seq = np.arange(part.start, part.start + adv.size) - np.searchsorted(rows.adv, adv, "left")
     start = pd.Timestamp(cfg.start_date, tz="UTC")
-    ts = start + pd.to_timedelta(day * 86400 + rows.second, unit="s")
+    ts = start + pd.to_timedelta(day * 86400 + rows.second[part], unit="s")
+    paid = rows.paid[part]
     return pd.DataFrame(
         {
-            "auction_id": _auction_ids(adv, seq, int(cfg.n_advertisers)),
+            "auction_id": _auction_ids(adv, seq, int(cfg.n_advertisers), _seq_width(rows)),
             "advertiser_id": adv_ids[adv],
             "ts": ts,
-            "bid_ecpm": rows.bid * tick,
-            "market_price_ecpm": rows.market * tick,
-            "won": rows.won,
-            "paid_ecpm": np.where(rows.paid >= 0, rows.paid * tick, np.nan),
+            "bid_ecpm": rows.bid[part] * tick,
+            "market_price_ecpm": rows.market[part] * tick,
+            "won": rows.won[part],
+            "paid_ecpm": np.where(paid >= 0, paid * tick, np.nan),
         }
     )
 
@@ -601,9 +677,14 @@ def _advertiser_ids(n: int) -> np.ndarray:
     return np.asarray(("adv-" + pd.Series(np.arange(n)).astype(str).str.zfill(width)), dtype=object)
 
 
-def _auction_ids(adv: np.ndarray, seq: np.ndarray, n: int) -> np.ndarray:
+def _seq_width(rows: _Rows) -> int:
+    """The digits of an auction id's per-advertiser number: those of the largest, at least 6."""
+    largest = int(np.bincount(rows.adv).max()) - 1 if rows.adv.size else 0
+    return max(6, len(str(largest)))
+
+
+def _auction_ids(adv: np.ndarray, seq: np.ndarray, n: int, seq_width: int) -> np.ndarray:
     width = max(5, len(str(n - 1)))
-    seq_width = max(6, len(str(int(seq.max()) if seq.size else 0)))
     a = pd.Series(adv).astype(str).str.zfill(width)
     s = pd.Series(seq).astype(str).str.zfill(seq_width)
     return np.asarray("auc-" + a + "-" + s, dtype=object)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +12,7 @@ import pandas as pd
 from sqlalchemy import Engine, Table, func, select
 
 from adseg.ingest import KEYS, TABLES, IngestBatch
+from adseg.ingest.chunked import ChunkedTable
 from adseg.interrupts import Terminated, check_pending, signals_deferred
 from adseg.store.models import Advertiser, Auction, Delivery
 
@@ -66,6 +67,12 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
     it (also one whose exception was lost: interrupts.check_pending) rolls everything back; one
     that arrives during the commit is raised once the commit is done, with the summary as its
     ``committed`` attribute, so that the caller can say that the batch was written.
+
+    A table given as an :class:`adseg.ingest.chunked.ChunkedTable` (a large file) is read again
+    and written chunk by chunk inside the same transaction; a chunk that no longer validates
+    (the file changed) raises IngestError and rolls everything back. Cost: O(rows) time (SQLite
+    ≈ 7 µs a row on the 2-core VM); memory ≈ 0.5 KiB per row of the largest frame held whole, or
+    of one chunk (the driver's tuples), not of a chunked file.
     """
     t0 = time.perf_counter()
     summaries = []
@@ -79,7 +86,7 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
             model_table: Table = _MODELS[table].__table__
             before = conn.scalar(select(func.count()).select_from(model_table))
             columns = [c.name for c in model_table.columns]
-            rows = _rows(frame, table, conn.dialect.name)
+            rows = _row_parts(frame, table, conn.dialect.name)
             if conn.dialect.name == "sqlite":
                 written = _upsert_sqlite(conn, table, columns, rows, progress)
             elif conn.dialect.name == "postgresql":
@@ -133,35 +140,48 @@ def _upsert_sql(table: str, columns: list[str], source: str, dialect: str) -> st
     )
 
 
-def _upsert_sqlite(conn, table, columns, rows, progress) -> int:
-    """Upsert ``rows``; returns the rows inserted or changed (sqlite3 sums executemany's)."""
+def _row_parts(frame, table: str, dialect: str) -> Iterator[list[tuple]]:
+    """The table's rows as the driver takes them, in parts: one part for a frame, one per chunk
+    of a ChunkedTable (read again from its file, one chunk in memory at a time)."""
+    if isinstance(frame, ChunkedTable):
+        for typed in frame.typed_chunks():
+            yield _rows(typed, table, dialect)
+    else:
+        yield _rows(frame, table, dialect)
+
+
+def _upsert_sqlite(conn, table, columns, parts, progress) -> int:
+    """Upsert the rows of ``parts``; returns the rows inserted or changed (sqlite3 sums
+    executemany's)."""
     placeholders = ", ".join("?" for _ in columns)
     sql = _upsert_sql(table, columns, f"VALUES ({placeholders})", "sqlite")
     written = 0
-    for start in range(0, len(rows), CHUNK_ROWS):
-        chunk = rows[start : start + CHUNK_ROWS]
-        written += conn.exec_driver_sql(sql, chunk).rowcount
-        if progress:
-            progress(table, len(chunk))
+    for rows in parts:
+        for start in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[start : start + CHUNK_ROWS]
+            written += conn.exec_driver_sql(sql, chunk).rowcount
+            if progress:
+                progress(table, len(chunk))
     return written
 
 
-def _upsert_postgresql(conn, table, columns, rows, progress) -> int:
-    """Upsert ``rows`` through a COPY into a temporary table; returns the rows inserted or
-    changed."""
+def _upsert_postgresql(conn, table, columns, parts, progress) -> int:
+    """Upsert the rows of ``parts`` through a COPY into a temporary table; returns the rows
+    inserted or changed."""
     staging = f"_ingest_{table}"
     cols = ", ".join(columns)
     conn.exec_driver_sql(
         f"CREATE TEMPORARY TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP"
     )
     cursor = conn.connection.dbapi_connection.cursor()
-    for start in range(0, len(rows), CHUNK_ROWS):
-        chunk = rows[start : start + CHUNK_ROWS]
-        with cursor.copy(f"COPY {staging} ({cols}) FROM STDIN") as copy:
-            for row in chunk:
-                copy.write_row(row)
-        if progress:
-            progress(table, len(chunk))
+    for rows in parts:
+        for start in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[start : start + CHUNK_ROWS]
+            with cursor.copy(f"COPY {staging} ({cols}) FROM STDIN") as copy:
+                for row in chunk:
+                    copy.write_row(row)
+            if progress:
+                progress(table, len(chunk))
     # identifiers are the model's own table/column names, never input
     select_staging = f"SELECT {cols} FROM {staging}"  # noqa: S608
     written = conn.exec_driver_sql(
