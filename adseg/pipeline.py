@@ -251,11 +251,17 @@ def engine_parts(config: NightlyConfig, n_advertisers: int):
     (``adseg.app.execution.part_runner``: on ``config.scheduler``, else on ``config.n_jobs``
     worker processes from :data:`ENGINE_MIN_N` advertisers), or None: in this process, in
     order. Either way the results are the same."""
-    if not config.scheduler and (config.n_jobs <= 1 or n_advertisers < ENGINE_MIN_N):
+    if not config.scheduler and not embedded_engine(config, n_advertisers):
         return None
     from adseg.app.execution import part_runner
 
     return part_runner(config.scheduler, config.n_jobs)
+
+
+def embedded_engine(config: NightlyConfig, n_advertisers: int) -> bool:
+    """Whether a run of ``n_advertisers`` runs its parts on an embedded cluster (no
+    scheduler, ``n_jobs`` > 1, from :data:`ENGINE_MIN_N` advertisers)."""
+    return not config.scheduler and config.n_jobs > 1 and n_advertisers >= ENGINE_MIN_N
 
 
 def build_views(data: PulledData, config: NightlyConfig):

@@ -270,6 +270,28 @@ def test_the_embedded_cluster_leaves_no_process_behind():
     assert set(multiprocessing.active_children()) <= before
 
 
+def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block():
+    """Inside shared_engine the stages get the same embedded cluster (started at once with
+    start_workers, else by the first stage); its workers end with the block."""
+    import multiprocessing
+
+    from adseg.app.execution import dask_client, shared_engine
+
+    before = set(multiprocessing.active_children())
+    labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
+    for start in (2, 0):
+        with shared_engine(start_workers=start):
+            with dask_client(None, 2) as first:
+                pass
+            here = fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2)
+            with dask_client(None, 2) as second:
+                assert second is first and len(first.scheduler_info()["workers"]) == 2
+        assert set(multiprocessing.active_children()) <= before
+        alone = fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=1)
+        for name in ("l2", "rcc"):
+            np.testing.assert_array_equal(here.segmentations[name], alone.segmentations[name])
+
+
 def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
     """A scheduler that goes away while the fusers run: SchedulerUnreachable (a run's exit 75),
     not a fuser's failure to skip."""

@@ -108,13 +108,15 @@ _shared: _Shared | None = None
 
 
 @contextmanager
-def shared_engine() -> Iterator[None]:
+def shared_engine(start_workers: int = 0) -> Iterator[None]:
     """Inside, the embedded cluster that the first stage needing the engine starts stays up
     for the next stages, and closes (or, leaving by an error or a stop, has its workers killed)
     as the block ends: a nightly starts one cluster, not one per stage. Each start forks
     workers from a process that holds the run's data, and a process that had started and
     closed clusters before once lost the workers of the next one: its tasks then waited
-    forever (:func:`run_tasks` now fails instead)."""
+    forever (:func:`run_tasks` now fails instead). ``start_workers`` > 0 starts the cluster
+    now, with that many workers: forked before the command holds its data, they share none of
+    it (a process tree's summed resident memory counts shared pages once per process)."""
     global _shared
     if _shared is not None:  # nested: the outer block's cluster
         yield
@@ -122,6 +124,8 @@ def shared_engine() -> Iterator[None]:
     with ExitStack() as stack:
         _shared = _Shared(stack)
         try:
+            if start_workers > 0:
+                _shared.client = stack.enter_context(_embedded_cluster(start_workers))
             yield
         finally:
             _shared = None

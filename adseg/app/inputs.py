@@ -97,8 +97,9 @@ def pull(engine: Engine, windows: Windows, only: pd.Index | None = None) -> Pull
 _NO_ADVERTISERS = "the database has no advertisers: ingest data first (`adseg ingest`)."
 
 
-def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) -> None:
-    """Refuse data that cannot make a run before its run row is written (three COUNT queries):
+def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) -> int:
+    """The number of advertisers, after refusing data that cannot make a run before its run
+    row is written (three COUNT queries):
     no advertisers, no auction samples in the training window, no delivery in the evaluation
     window, or more --segments than advertisers. ``pull`` checks the data it reads again. Warns
     when the evaluation window ends after the data (one more query: the delivery dates)."""
@@ -122,3 +123,4 @@ def check_run_inputs(engine: Engine, windows: Windows, config: NightlyConfig) ->
         )
     if config.n_segments is not None:
         check_n_segments(config.n_segments, counts["advertisers"])
+    return counts["advertisers"]

@@ -72,9 +72,12 @@ def run_nightly(
     names = config.fuser_names()
     timings: dict[str, float] = {}
     params = run_parameters(config) | {"fusers": names}
-    check_run_inputs(engine, windows, config)
+    n_advertisers = check_run_inputs(engine, windows, config)
+    # one embedded cluster for the stages that use the engine; started before the pull when
+    # they will (its forked workers then share none of the run's data)
+    early = config.n_jobs if pipeline.embedded_engine(config, n_advertisers) else 0
     with locked_run(engine, "nightly", windows, config, params, timings) as run_id:
-        with shared_engine():  # one embedded cluster for the stages that use the engine
+        with shared_engine(start_workers=early):
             return _run_stages(engine, run_id, windows, config, timings, progress)
 
 
