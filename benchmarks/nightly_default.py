@@ -117,12 +117,21 @@ def main() -> None:
     parser.add_argument(
         "--fuser", action="append", help="fuser(s) to run (repeatable; default: the nightly's)"
     )
+    parser.add_argument(
+        "--database",
+        type=Path,
+        help="a folder holding adseg.db (ingested) and m/truth.csv (the marketplace): reuse it "
+        "instead of generating and ingesting (at 100,000 advertisers those take ~20 min)",
+    )
+    parser.add_argument("--scheduler", help="a dask scheduler's address (adseg nightly's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        # generation and ingest in a child process: the pipeline's memory is measured alone
-        with multiprocessing.get_context("fork").Pool(1) as pool:
-            t_generate, t_ingest, n_rows = pool.apply(_prepare, (tmp, args.advertisers))
+        if args.database:
+            tmp, (t_generate, t_ingest, n_rows) = args.database, (float("nan"),) * 3
+        else:  # generation and ingest in a child process: the pipeline's memory is alone
+            with multiprocessing.get_context("fork").Pool(1) as pool:
+                t_generate, t_ingest, n_rows = pool.apply(_prepare, (tmp, args.advertisers))
         engine = make_engine(f"sqlite:///{tmp / 'adseg.db'}")
         load0 = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), _cpu()
@@ -133,6 +142,7 @@ def main() -> None:
                 fusers=tuple(args.fuser) if args.fuser else None,
                 supply="both",
                 truth_path=str(tmp / "m" / "truth.csv"),
+                scheduler=args.scheduler,
             ),
         )
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -143,11 +153,13 @@ def main() -> None:
     mape = result.result.mape
     default = args.advertisers == MarketplaceConfig().n_advertisers
     command = "`.venv/bin/python benchmarks/nightly_default.py`"
-    if not default or args.fuser:
-        fusers = "".join(f" --fuser {f}" for f in args.fuser or ())
+    if not default or args.fuser or args.database or args.scheduler:
+        extra = "".join(f" --fuser {f}" for f in args.fuser or ())
+        extra += f" --database {args.database}" if args.database else ""
+        extra += f" --scheduler {args.scheduler}" if args.scheduler else ""
         command = (
             f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers}"
-            f"{fusers} --output {args.output}`"
+            f"{extra} --output {args.output}`"
         )
     title = "the default sample marketplace"
     if not default:
@@ -163,9 +175,14 @@ def main() -> None:
         f"Command: {command} (`make demo` runs the same pipeline on the default marketplace: "
         "`adseg nightly --truth data/marketplace/truth.csv`).",
         "",
-        f"Marketplace: {args.advertisers} advertisers, generated in {t_generate:.1f} s; ingest "
-        f"of {n_rows:,} rows in {t_ingest:.1f} s. Segments chosen: "
-        f"{result.n_segments} (median cluster count of the KS views).",
+        (
+            f"Marketplace: {args.advertisers} advertisers, generated in {t_generate:.1f} s; "
+            f"ingest of {n_rows:,} rows in {t_ingest:.1f} s. "
+            if not args.database
+            else f"Marketplace: {args.advertisers} advertisers, generated and ingested before "
+            f"(`adseg sample generate`, `adseg ingest`) into {args.database}. "
+        )
+        + f"Segments chosen: {result.n_segments} (median cluster count of the KS views).",
         "",
         f"Pipeline (database already loaded): **{wall:.1f} s wall, {cpu:.1f} s CPU**.",
         "",
