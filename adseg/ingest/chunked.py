@@ -63,20 +63,10 @@ def _csv_chunks(path: Path, rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from adseg.ingest.readers import _ARROW_TEXT_COLUMNS, _ends_inside_quotes, _header_name
+    from adseg.ingest.readers import _ends_inside_quotes, _header_name, arrow_csv_options
 
     try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(autogenerate_column_names=True, block_size=8 << 20),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=_ARROW_TEXT_COLUMNS,
-                null_values=[],
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        reader = pacsv.open_csv(path, **arrow_csv_options(block_size=8 << 20))
         header: list[str] | None = None
         pending: list = []
         n_pending = 0

@@ -187,6 +187,23 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return frame
 
 
+def arrow_csv_options(**read) -> dict:
+    """pyarrow.csv reader options for an ingest file: every column as text (validation types
+    it), no NA spellings, quoted newlines allowed; ``read``: more ReadOptions (block_size)."""
+    import pyarrow.csv as pacsv
+
+    return dict(
+        read_options=pacsv.ReadOptions(autogenerate_column_names=True, **read),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types=_ARROW_TEXT_COLUMNS,
+            null_values=[],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
 def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
     """The file's records (header first) as text columns, or None when Arrow refuses it: a record
     wider or narrower than the first, invalid UTF-8, no data, a field over its block size, or
@@ -197,17 +214,7 @@ def _read_csv_arrow(path: Path) -> pd.DataFrame | None:
     import pyarrow.csv as pacsv
 
     try:
-        table = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(autogenerate_column_names=True),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=_ARROW_TEXT_COLUMNS,
-                null_values=[],
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        table = pacsv.read_csv(path, **arrow_csv_options())
     except (pa.ArrowException, OSError, ValueError):
         return None  # pandas reads it again and owns the error
     if table.num_columns < 2 or not all(pa.types.is_string(t) for t in table.schema.types):
