@@ -111,10 +111,9 @@ _shared: _Shared | None = None
 def shared_engine(start_workers: int = 0) -> Iterator[None]:
     """Inside, the embedded cluster that the first stage needing the engine starts stays up
     for the next stages, and closes (or, leaving by an error or a stop, has its workers killed)
-    as the block ends: a nightly starts one cluster, not one per stage. Each start forks
-    workers from a process that holds the run's data, and a process that had started and
-    closed clusters before once lost the workers of the next one: its tasks then waited
-    forever (:func:`run_tasks` now fails instead). ``start_workers`` > 0 starts the cluster
+    as the block ends: a nightly starts one cluster, not one per stage (starting clusters one
+    after another in a process can lose the workers of a later one; docs/architecture.md).
+    ``start_workers`` > 0 starts the cluster
     now, with that many workers: forked before the command holds its data, they share none of
     it (a process tree's summed resident memory counts shared pages once per process)."""
     global _shared
@@ -177,8 +176,8 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     del client, cluster
                     gc.collect()
             finally:
-                # for good: a connection of the closed cluster that its threads drop late logs
-                # "Stream is closed" (a nightly's stderr once said so, after its report)
+                # for good: a connection of the closed cluster that its threads drop late
+                # logs "Stream is closed", which is not the command's to say
                 for name in ("distributed", "tornado"):
                     logging.getLogger(name).setLevel(logging.CRITICAL)
 
