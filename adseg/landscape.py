@@ -27,6 +27,7 @@ __all__ = [
     "ks_distance_of_pairs",
     "ks_distance_pairs",
     "ks_pairs_within",
+    "ks_statistic_against",
     "ks_statistic_matrix",
     "sample_sizes",
 ]
@@ -154,6 +155,45 @@ def ks_statistic_matrix(
     if empty.any():
         out[empty, :] = np.nan
         out[:, empty] = np.nan
+    return out
+
+
+def ks_statistic_against(samples: Sequence, references: Sequence) -> np.ndarray:
+    """(n, r) KS statistics D_ij of each of n non-empty ``samples`` against each of r non-empty
+    ``references``: the (samples, references) block of ``ks_statistic_matrix(samples +
+    references)``, bit for bit, without its (n + r)² matrix.
+
+    Between two jumps of F_i, F_i is constant and G_j monotone, so sup |F_i − G_j| is reached at
+    a point u of sample i, at G_j(u) or at the left limit G_j(u−) (with F_i just before u): both
+    are counts of the sorted reference. Cost: Σ_i |U_i| binary searches into each reference,
+    after sorting each once; memory O(Σ_i |U_i| + largest reference), plus the (n, r) result.
+    Meant for small samples against large pools (advertisers left out of a view against the
+    segments' pooled samples)."""
+    xs = [np.sort(_as_sample(x, f"samples[{i}]")) for i, x in enumerate(_as_sample_list(samples))]
+    refs = [_as_sample(x, f"references[{j}]") for j, x in enumerate(_as_sample_list(references))]
+    sizes = np.array([x.size for x in xs], dtype=np.int64)
+    ref_sizes = np.array([x.size for x in refs], dtype=np.int64)
+    if (sizes == 0).any() or (ref_sizes == 0).any():
+        raise ValueError("ks_statistic_against needs non-empty samples and references.")
+    values = np.concatenate(xs) if xs else np.empty(0)
+    owner = np.repeat(np.arange(len(xs)), sizes)
+    last = np.ones(values.size, dtype=bool)  # the last copy of each distinct value of a sample
+    last[:-1] = (values[1:] != values[:-1]) | (owner[1:] != owner[:-1])
+    first = np.ones(values.size, dtype=bool)
+    first[1:] = last[:-1]
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    rank = np.arange(values.size) - starts[owner]  # samples of i below this copy
+    m = sizes[owner].astype(np.float64)
+    u, after, before = values[last], (rank[last] + 1) / m[last], rank[first] / m[first]
+    segments = np.r_[0, np.cumsum(np.bincount(owner[last], minlength=len(xs)))[:-1]]
+    out = np.empty((len(xs), len(refs)))
+    for j, ref in enumerate(refs):  # loop over references
+        ref = np.sort(ref)
+        right = np.searchsorted(ref, u, side="right") / ref.size
+        left = np.searchsorted(ref, u, side="left") / ref.size
+        gap = np.maximum(np.abs(after - right), np.abs(before - left))
+        out[:, j] = np.maximum.reduceat(gap, segments) if gap.size else 0.0
+    _round_to_lattice(out, sizes, _DEFAULT_CHUNK, col_sizes=ref_sizes)
     return out
 
 

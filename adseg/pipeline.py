@@ -327,8 +327,9 @@ def attach_excluded(labels: np.ndarray, samples: list[np.ndarray]) -> np.ndarray
     pooled samples are closest to its own by the KS statistic; advertisers with no sample at all
     stay -1 (the forecast then uses the global c.d.f.).
 
-    Cost: one KS matrix over (excluded advertisers + K segment pools) — small next to the view."""
-    from adseg.landscape import ks_statistic_matrix
+    Cost: the excluded advertisers' distinct samples searched in each of the K sorted segment
+    pools (``adseg.landscape.ks_statistic_against``); nothing (excluded + K)²."""
+    from adseg.landscape import ks_statistic_against
 
     out = labels.copy()
     sizes = np.array([len(s) for s in samples])
@@ -342,8 +343,8 @@ def attach_excluded(labels: np.ndarray, samples: list[np.ndarray]) -> np.ndarray
     pools = [
         np.concatenate([samples[i] for i in order[a:b]]) for a, b in zip(starts, ends, strict=True)
     ]
-    stats = ks_statistic_matrix([samples[i] for i in excluded] + pools)
-    nearest = np.argmin(stats[: excluded.size, excluded.size :], axis=1)
+    stats = ks_statistic_against([samples[i] for i in excluded], pools)
+    nearest = np.argmin(stats, axis=1)
     out[excluded] = segments[nearest]
     return out
 
