@@ -113,9 +113,9 @@ def shared_engine(start_workers: int = 0) -> Iterator[None]:
     for the next stages, and closes (or, leaving by an error or a stop, has its workers killed)
     as the block ends: a nightly starts one cluster, not one per stage (starting clusters one
     after another in a process can lose the workers of a later one; docs/architecture.md).
-    ``start_workers`` > 0 starts the cluster
-    now, with that many workers: forked before the command holds its data, they share none of
-    it (a process tree's summed resident memory counts shared pages once per process)."""
+    ``start_workers`` > 0 starts the cluster now, with that many workers: forked before the
+    command holds its data, they share none of it (a process tree's summed resident memory
+    counts shared pages once per process)."""
     global _shared
     if _shared is not None:  # nested: the outer block's cluster
         yield
@@ -209,13 +209,19 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
                     workerless.check()
                 for name in done:
                     if (future := running.pop(name)).status == "cancelled":
-                        where = scheduler or "of the embedded cluster"
-                        raise SchedulerUnreachable(where, "the connection was lost during the run")
+                        raise SchedulerUnreachable(
+                            _where(scheduler), "the connection was lost during the run"
+                        )
                     yield name, future.result
         finally:
             pending = [f for f in futures.values() if not f.done()]
             if pending:
                 client.cancel(pending)
+
+
+def _where(scheduler: str | None) -> str:
+    """The engine a stage ran on, as SchedulerUnreachable names it."""
+    return scheduler or "of the embedded cluster"
 
 
 class _Workerless:
@@ -237,8 +243,9 @@ class _Workerless:
         elif self.since is None:
             self.since = now
         elif now - self.since > self.grace:
-            where = self.scheduler or "of the embedded cluster"
-            raise SchedulerUnreachable(where, f"it has had no worker for {self.grace:g} s")
+            raise SchedulerUnreachable(
+                _where(self.scheduler), f"it has had no worker for {self.grace:g} s"
+            )
 
 
 def part_runner(scheduler: str | None, n_workers: int):
