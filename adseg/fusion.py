@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus import FUSERS
+from adseg.consensus import FUSERS, sccbg
 from adseg.interrupts import first_line
 
 log = logging.getLogger("adseg.pipeline")
@@ -60,7 +60,7 @@ def _fit_one(
 def _reduction_notes(fuser) -> list[str]:
     """A line for the run's record when the fit solved a reduced problem at this size (rcc on
     micro-clusters above ``max_cells`` distinct label rows, l2 from the sparse factor above
-    ``max_dense`` items), naming the threshold; none otherwise."""
+    ``max_dense`` items, sccbg's sparse path), naming the threshold; none otherwise."""
     if getattr(fuser, "reduced_", False):
         return [
             f"reduced: solved on {fuser.n_micro_clusters_:,} micro-clusters of the "
@@ -70,6 +70,12 @@ def _reduction_notes(fuser) -> list[str]:
         return [
             f"reduced: eigenvectors from the sparse co-association factor "
             f"({fuser.n_items_:,} items > max_dense={fuser.max_dense:,})"
+        ]
+    if getattr(fuser, "sparse_path_", False):
+        work = fuser.n_unique_rows_ * fuser.cluster_ids_.shape[0]
+        return [
+            f"sparse: S held sparse while under {sccbg.SPARSE_DENSITY:.0%} non-zero "
+            f"({work:,} distinct rows × input clusters ≥ SPARSE_WORK={sccbg.SPARSE_WORK:,})"
         ]
     return []
 

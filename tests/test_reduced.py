@@ -186,3 +186,16 @@ def test_auto_merges_once_and_keeps_what_each_form_would_give_alone(monkeypatch)
     alone = RCC(4, normalize=auto.normalize_, max_cells=50, random_state=1).fit(labels)
     np.testing.assert_array_equal(auto.labels_, alone.labels_)
     np.testing.assert_array_equal(auto.embedding_, alone.embedding_)
+
+
+def test_the_run_records_sccbgs_sparse_path(monkeypatch):
+    """sccbg above its sparse threshold is fused and noted (a nightly at 100,000 advertisers once
+    lost sccbg here: the note read l2's threshold from it)."""
+    import adseg.consensus.sccbg as sccbg_module
+
+    monkeypatch.setattr(sccbg_module, "SPARSE_WORK", 1)
+    labels, _ = _planted(300, 3, 6, 0.3, 7)
+    fusion = fuse(labels, ["sccbg"], 3, 0, "sccbg")
+    assert fusion.errors == {} and fusion.segmentations["sccbg"].shape == (300,)
+    (note,) = [n for n in fusion.notes["sccbg"] if n.startswith("sparse:")]
+    assert "≥ SPARSE_WORK=1)" in note

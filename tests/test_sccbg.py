@@ -696,13 +696,13 @@ def test_sparse_fit_matches_dense_fit(learn_weights, monkeypatch):
     kw = dict(gamma=1e-3, learn_weights=learn_weights, random_state=0)
     dense = SCCBG(4, sparse=False, **kw).fit(labels)
     sparse = SCCBG(4, sparse=True, **kw).fit(labels)
-    assert sparse.sparse_ and not dense.sparse_
+    assert sparse.sparse_path_ and not dense.sparse_path_
     np.testing.assert_array_equal(sparse.labels_, dense.labels_)
     assert sparse.labels_path_ == dense.labels_path_
     assert sparse.n_iter_ == dense.n_iter_
     np.testing.assert_allclose(sparse.graph_, dense.graph_, atol=1e-5)
     # below the size threshold "auto" keeps the dense path
-    assert not SCCBG(4, **kw).fit(labels).sparse_
+    assert not SCCBG(4, **kw).fit(labels).sparse_path_
 
 
 def test_sparse_must_be_a_flag_or_auto():

@@ -352,7 +352,7 @@ class SCCBG(BaseFuser):
     fallback_used_ : labels_path_ is not "components"/"trivial".
     n_components_found_, n_isolated_instances_, n_iter_, converged_, gamma_,
     lambda_history_, rho_history_, singular_values_ (last top c+1 σ), n_unique_rows_,
-    relaxation_ (the S-step's ω of the returned run), sparse_ (whether the sparse path was
+    relaxation_ (the S-step's ω of the returned run), sparse_path_ (whether the sparse path was
     allowed),
     gamma_scores_ (for "auto": {γ: (ANMI, fallback_used)}).
 
@@ -520,7 +520,7 @@ class SCCBG(BaseFuser):
         )
         coarse = 1e-4 if self.mixed_precision and self.inner_tol < 1e-4 else None
         sparse = u * k >= SPARSE_WORK if isinstance(self.sparse, str) else bool(self.sparse)
-        self.sparse_ = sparse
+        self.sparse_path_ = sparse
 
         S = Y.copy()
         W = np.ones_like(Y)
