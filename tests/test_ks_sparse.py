@@ -309,3 +309,22 @@ def test_nightly_option_ks_partners_reaches_the_views():
     assert views_config(NightlyConfig(ks_partners=None)).ks_partners is None
     assert views_config(NightlyConfig()).ks_partners == 1000
     assert views_config(NightlyConfig(ks_partners=250)).ks_partners == 250
+
+
+def test_drawn_pair_keys_are_the_sorted_distinct_keys_of_the_draws():
+    """The design's keys: each drawn pair once, i < j, sorted (as numpy.unique would give)."""
+    from adseg.views.ks import _draw_pairs
+
+    n, rows = 300, np.arange(0, 300, 7)
+    for draws in (1, 5, 40, n - 1):
+        key = _draw_pairs(rows, draws, n, np.random.RandomState(3))
+        rng = np.random.RandomState(3)
+        a = np.repeat(rows, n - 1 if draws >= n - 1 else draws)
+        b = (
+            np.tile(np.arange(n - 1), rows.size)
+            if draws >= n - 1
+            else rng.randint(0, n - 1, size=a.size).astype(np.int64)
+        )
+        b += b >= a
+        np.testing.assert_array_equal(key, np.unique(np.minimum(a, b) * n + np.maximum(a, b)))
+        assert np.all(key // n < key % n)

@@ -189,7 +189,13 @@ def _draw_pairs(rows: np.ndarray, draws: int, n: int, rng) -> np.ndarray:
         a = np.repeat(rows, draws)
         b = rng.randint(0, n - 1, size=a.size).astype(np.int64)
     b += b >= a  # uniform over the others
-    return np.unique(np.minimum(a, b) * n + np.maximum(a, b))  # each pair once, (i, j) order
+    key = np.minimum(a, b) * n + np.maximum(a, b)
+    del a, b
+    key.sort()  # each pair once, (i, j) order; np.unique's hash path is ~40× slower here
+    keep = np.empty(key.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(key[1:], key[:-1], out=keep[1:])
+    return key[keep]
 
 
 def _graphs_from_pairs(pairs, limits: list[float], n: int) -> Iterator[sp.csr_matrix]:
