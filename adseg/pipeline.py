@@ -53,11 +53,17 @@ SINGLE_VIEW_SOURCES = {"win_rate": "win_rate", "ecpm": "ecpm_cost", "text": "tex
 """Single-view segmentation sources → the view whose base clustering they use."""
 PRIMARY_FUSER = "rcc"
 
-DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000}
-"""Above this many advertisers the *default* fuser set leaves these fusers out: their cost grows
-about with the cube of n, from seconds at 1,268 advertisers to minutes or more at 5,000
-(timings: docs/algorithms/pipeline.md). Naming
-them (``--fuser lta``) runs them at any size; the primary fuser is never left out."""
+DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000, "sccbg": 50_000}
+"""Above this many advertisers the *default* fuser set leaves these fusers out, for the reason
+:data:`DEFAULT_SET_WHY` gives (timings: docs/algorithms/pipeline.md). Naming them
+(``--fuser lta``) runs them at any size; the primary fuser is never left out."""
+
+DEFAULT_SET_WHY = {
+    "lta": "its cost grows about with n³",
+    "trce": "its cost grows about with n³",
+    "sccbg": "it holds about 17 n × k float64 arrays: 8.5 GB and 5–6 CPU minutes at 100,000",
+}
+"""Why each fuser of :data:`DEFAULT_SET_MAX_ADVERTISERS` is left out above its limit."""
 
 Progress = Callable[[str], None]
 
@@ -179,11 +185,12 @@ def fusers_for_size(config: NightlyConfig, n_advertisers: int) -> tuple[list[str
         if name in config.fuser_options:
             log.warning("fuser %s is left out by size: its --fuser-option is not used", name)
         log.info(
-            "fuser %s left out of the default set: %d advertisers > %d (its cost grows about "
-            "with n³); name it with --fuser %s to run it anyway",
+            "fuser %s left out of the default set: %d advertisers > %d (%s); name it with "
+            "--fuser %s to run it anyway",
             name,
             n_advertisers,
             limits[name],
+            DEFAULT_SET_WHY[name],
             name,
         )
     return [n for n in names if n not in left_out], left_out

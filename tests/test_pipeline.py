@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -1258,12 +1259,21 @@ def test_usage_errors_are_one_line_from_the_installed_command(args, message):
     assert "--help'" in lines[0] and "╭" not in res.stderr and res.stdout == ""
 
 
-def test_default_fuser_set_leaves_the_cubic_fusers_out_of_large_runs():
+def test_default_fuser_set_leaves_the_costly_fusers_out_of_large_runs(caplog):
     default = pipeline.NightlyConfig()
     every = default.fuser_names()
     assert pipeline.fusers_for_size(default, 2000) == (every, [])
     names, left_out = pipeline.fusers_for_size(default, 2001)
     assert sorted(left_out) == ["lta", "trce"] and names == [n for n in every if n not in left_out]
+    assert pipeline.fusers_for_size(default, 50_000)[1] == left_out
+    names, left_out = pipeline.fusers_for_size(default, 50_001)  # sccbg's memory, about n · k
+    assert sorted(left_out) == ["lta", "sccbg", "trce"]
+    with caplog.at_level(logging.INFO, logger="adseg.pipeline"):
+        pipeline.fusers_for_size(default, 60_000)
+    (said,) = [r.getMessage() for r in caplog.records if "fuser sccbg left out" in r.getMessage()]
+    assert "60000 advertisers > 50000 (it holds about 17 n × k" in said
+    assert said.endswith("name it with --fuser sccbg to run it anyway")
+    assert set(pipeline.DEFAULT_SET_WHY) == set(pipeline.DEFAULT_SET_MAX_ADVERTISERS)
     named = pipeline.NightlyConfig(fusers=("lta", "trce"))  # named by the user: always run
     assert pipeline.fusers_for_size(named, 50_000) == (named.fuser_names(), [])
     primary = pipeline.NightlyConfig(primary_fuser="lta")  # the product's fuser is never left out

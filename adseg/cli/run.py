@@ -503,7 +503,7 @@ def segment_command(
         typer.Option(
             "--fuser",
             help="Fuser(s) (repeatable); default: every registered one, except lta and trce "
-            "above 2,000 advertisers.",
+            "above 2,000 advertisers and sccbg above 50,000.",
         ),
     ] = None,
     segments: Annotated[
