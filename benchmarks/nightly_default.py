@@ -11,11 +11,14 @@ both supply modes, and writes benchmarks/results/nightly_default.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import multiprocessing
 import os
 import platform
 import resource
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -110,6 +113,75 @@ def _tree_rss_mib(root: int) -> float:
     return sum(rss.get(pid, 0.0) for pid in tree)
 
 
+class LocalCluster:
+    """A dask.distributed scheduler and ``n_workers`` worker processes (one thread each, no
+    memory manager, as the embedded engine's) started with the ``dask`` command as children of
+    this process, so that the tree's memory counts them; stopped when the block ends."""
+
+    def __init__(self, n_workers: int, folder: Path):
+        self.n_workers, self.folder, self.procs = n_workers, folder, []
+
+    def __enter__(self) -> str:
+        dask = str(Path(sys.executable).with_name("dask"))
+        scheduler_file = self.folder / "scheduler.json"
+        scheduler_file.unlink(missing_ok=True)
+        log = open(self.folder / "cluster.log", "w")  # noqa: SIM115 - closed with the block
+        self.log = log
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    dask,
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                ],
+                stdout=log,
+                stderr=log,
+            )
+        )
+        for _ in range(600):
+            if scheduler_file.exists():
+                break
+            time.sleep(0.1)
+        for _ in range(self.n_workers):
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        dask,
+                        "worker",
+                        "--scheduler-file",
+                        str(scheduler_file),
+                        "--nworkers",
+                        "1",
+                        "--nthreads",
+                        "1",
+                        "--memory-limit",
+                        "0",
+                        "--no-dashboard",
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+        from distributed import Client
+
+        with Client(scheduler_file=str(scheduler_file)) as client:
+            client.wait_for_workers(self.n_workers, timeout=120)
+            return client.scheduler.address
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=60)
+        self.log.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--advertisers", type=int, default=1268)
@@ -124,7 +196,16 @@ def main() -> None:
         "instead of generating and ingesting (at 100,000 advertisers those take ~20 min)",
     )
     parser.add_argument("--scheduler", help="a dask scheduler's address (adseg nightly's)")
+    parser.add_argument(
+        "--local-cluster",
+        type=int,
+        metavar="N",
+        help="start a dask scheduler and N worker processes here (children of this process, "
+        "counted in its memory) and run the nightly on them with --scheduler",
+    )
     args = parser.parse_args()
+    if args.local_cluster and args.scheduler:
+        parser.error("--local-cluster starts its own scheduler: give one or the other")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.database:
@@ -134,18 +215,22 @@ def main() -> None:
                 t_generate, t_ingest, n_rows = pool.apply(_prepare, (tmp, args.advertisers))
         engine = make_engine(f"sqlite:///{tmp / 'adseg.db'}")
         load0 = os.getloadavg()[0]
-        t0, c0 = time.perf_counter(), _cpu()
+        c0 = _cpu()
         monitor = TreeMemory().start()
-        result = run_nightly(
-            engine,
-            config=pipeline.NightlyConfig(
-                fusers=tuple(args.fuser) if args.fuser else None,
-                supply="both",
-                truth_path=str(tmp / "m" / "truth.csv"),
-                scheduler=args.scheduler,
-            ),
-        )
-        wall, cpu = time.perf_counter() - t0, _cpu() - c0
+        cluster = LocalCluster(args.local_cluster, tmp) if args.local_cluster else None
+        with cluster or contextlib.nullcontext(args.scheduler) as scheduler:
+            t_started = time.perf_counter()
+            result = run_nightly(
+                engine,
+                config=pipeline.NightlyConfig(
+                    fusers=tuple(args.fuser) if args.fuser else None,
+                    supply="both",
+                    truth_path=str(tmp / "m" / "truth.csv"),
+                    scheduler=scheduler,
+                ),
+            )
+            wall = time.perf_counter() - t_started
+        cpu = _cpu() - c0  # the cluster's processes are children waited for by now
         tree_peak = monitor.stop()
         load1 = os.getloadavg()[0]
         run = store.get_run(engine, result.run_id)
@@ -153,8 +238,9 @@ def main() -> None:
     mape = result.result.mape
     default = args.advertisers == MarketplaceConfig().n_advertisers
     command = "`.venv/bin/python benchmarks/nightly_default.py`"
-    if not default or args.fuser or args.database or args.scheduler:
+    if not default or args.fuser or args.database or args.scheduler or args.local_cluster:
         extra = "".join(f" --fuser {f}" for f in args.fuser or ())
+        extra += f" --local-cluster {args.local_cluster}" if args.local_cluster else ""
         extra += f" --database {args.database}" if args.database else ""
         extra += f" --scheduler {args.scheduler}" if args.scheduler else ""
         command = (
@@ -185,6 +271,19 @@ def main() -> None:
         + f"Segments chosen: {result.n_segments} (median cluster count of the KS views).",
         "",
         f"Pipeline (database already loaded): **{wall:.1f} s wall, {cpu:.1f} s CPU**.",
+        "",
+        "Engine: "
+        + (
+            f"a dask.distributed cluster started on this machine for the run, a scheduler and "
+            f"{args.local_cluster} worker processes of one thread (`dask scheduler`, `dask "
+            "worker`, children of the benchmark: counted in the memory below, their CPU in the "
+            "CPU time; the wall time is from all its workers up to the run's end)."
+            if args.local_cluster
+            else f"the dask.distributed scheduler at {args.scheduler}."
+            if args.scheduler
+            else "the nightly's own (in this process below 5,000 advertisers, else an "
+            "embedded cluster of its n_jobs worker processes)."
+        ),
         "",
         f"Peak resident memory: **{tree_peak:,.0f} MiB summed over the whole process tree** "
         "during the pipeline (this process and every descendant, /proc sampled every 0.2 s); "
