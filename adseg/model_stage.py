@@ -17,6 +17,7 @@ from adseg.selection import (
     Backtest,
     column_weights,
     k_grid,
+    model_k_parts,
     parsimonious_choice,
     select_model_k,
 )
@@ -89,7 +90,7 @@ def choose_k(
     """The model view's K: as requested (``--segments``), else by backtest over
     :func:`adseg.selection.k_grid`; without a backtest, the middle of the grid. ``run_parts``:
     how the candidates are fitted (:func:`adseg.selection.select_model_k`)."""
-    grid = [requested] if requested is not None else k_grid(n)
+    grid = candidate_ks(n, requested)
     if backtest is None:
         k = grid[len(grid) // 2]
         return Choices(
@@ -99,7 +100,7 @@ def choose_k(
                 f"of its parts): model K = {k}"
             ],
         )
-    views, edges = model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
+    views, edges = backtest_features(backtest)
     try:
         k, scores, fits = select_model_k(
             backtest, grid, estimator(seed), N_BINS, views=views, run_parts=run_parts
@@ -111,6 +112,26 @@ def choose_k(
     cap, cap_scores, labels = choose_delivery_cap(backtest, fits[k], views, edges)
     log.info("model view: delivery evidence capped at %g requests by backtest", cap)
     return Choices(k, scores, labels, delivery_cap=cap, cap_scores=cap_scores)
+
+
+def candidate_ks(n: int, requested: int | None) -> list[int]:
+    """The model view's candidate K: as requested, else :func:`adseg.selection.k_grid`."""
+    return [requested] if requested is not None else k_grid(n)
+
+
+def backtest_features(backtest: Backtest):
+    """(views, edges) of the model view on the backtest's first part
+    (:func:`adseg.mixture.model_features`)."""
+    return model_features(backtest.win_samples, backtest.descriptions, n_bins=N_BINS)
+
+
+def candidate_parts(backtest: Backtest, n: int, requested: int | None, seed: int) -> list:
+    """The candidate fits that :func:`choose_k` gives its ``run_parts`` (a caller may start
+    them early); [] without a backtest."""
+    if backtest is None:
+        return []
+    views, _ = backtest_features(backtest)
+    return model_k_parts(estimator(seed), candidate_ks(n, requested), views)
 
 
 @dataclass

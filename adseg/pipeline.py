@@ -41,6 +41,7 @@ from adseg.model_stage import (
     BACKTEST_FUSERS,
     MODEL_SOURCE,
     Delivery,
+    candidate_parts,
     choose_k,
     fit_model_view,
     weights_from_backtest,
@@ -490,7 +491,41 @@ def _with_model_column(labels, columns, model, k: int):
     return np.column_stack([labels, model]).astype(np.int64), frame
 
 
-def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]) -> ModelStage:
+class Prefetched(NamedTuple):
+    """The ``run_parts`` of the model stage's engine parts started early
+    (:func:`prefetch_model_parts`); None: run when the stage gets to them."""
+
+    model_fits: Callable | None = None  # the model view's candidate fits (choose_k)
+    backtest_views: Callable | None = None  # the views on the backtest's first part
+
+
+def prefetch_model_parts(data: PulledData, config: NightlyConfig) -> Prefetched:
+    """Submit the model stage's engine parts that need only the pulled data, the model view's
+    candidate fits and the backtest's views, at a priority below the views stage's: the engine
+    runs them once it has no view left to build, while this process assembles the views and does
+    its own share. Nothing is started when the run's parts run in this process or there is no
+    backtest. The results are those of the stage's own calls (the same parts)."""
+    n = len(data.advertiser_ids)
+    runner = engine_parts(config, n)
+    if runner is None or data.backtest is None:
+        return Prefetched()
+    from adseg.views import view_parts
+
+    bt = data.backtest
+    fits = candidate_parts(bt, n, config.n_segments, config.seed)
+    parts = view_parts(
+        bt.win_samples, bt.cost_samples, bt.descriptions, views_config(config), config.seed
+    )
+    return Prefetched(runner.prefetch(fits), runner.prefetch(parts))
+
+
+def model_stage(
+    data: PulledData,
+    config: NightlyConfig,
+    views,
+    names: list[str],
+    prefetched: Prefetched = Prefetched(),  # noqa: B008 - an immutable tuple
+) -> ModelStage:
     """The model view (its K by backtest), the fusion weights learned on the backtest, and the
     recommended source: everything chosen inside the training window (adseg.selection)."""
     requested = config.n_segments
@@ -498,7 +533,8 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
         data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
     fuser_k = choose_n_segments(views.columns, views.labels, requested)
     n = len(data.advertiser_ids)
-    choices = choose_k(data.backtest, n, requested, config.seed, engine_parts(config, n))
+    fits_runner = prefetched.model_fits or engine_parts(config, n)
+    choices = choose_k(data.backtest, n, requested, config.seed, fits_runner)
     model, notes = fit_model_view(
         data.win_samples,
         data.descriptions,
@@ -515,7 +551,9 @@ def model_stage(data: PulledData, config: NightlyConfig, views, names: list[str]
     recommended, reason = primary, "no backtest: the primary fuser"
     if choices.fit_labels is not None:
         try:
-            weights, scores = _backtest_sources(data.backtest, config, names, choices, columns)
+            weights, scores = _backtest_sources(
+                data.backtest, config, names, choices, columns, prefetched.backtest_views
+            )
             recommended, reason = recommend(scores)
         except ValueError as exc:
             notes.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
@@ -552,10 +590,11 @@ def view_sources(views, k: int, config, win_samples, cost_samples, model) -> dic
     return sources
 
 
-def _backtest_sources(backtest: Backtest, config, names, choices, columns):
+def _backtest_sources(backtest: Backtest, config, names, choices, columns, views_runner=None):
     """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
     that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
-    held-out days, each base clustering as a source of its own and every source besides."""
+    held-out days, each base clustering as a source of its own and every source besides.
+    ``views_runner``: the views' ``run_parts`` (prefetched), else the engine's."""
     from adseg.views import build_base_clusterings
 
     bt = build_base_clusterings(
@@ -564,7 +603,7 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns):
         backtest.descriptions,
         config=views_config(config),
         random_state=config.seed,
-        run_parts=engine_parts(config, len(backtest.advertiser_ids)),
+        run_parts=views_runner or engine_parts(config, len(backtest.advertiser_ids)),
     )
     bt_labels, bt_columns = _with_model_column(bt.labels, bt.columns, choices.fit_labels, choices.k)
     per_column = backtest.score(

@@ -150,12 +150,18 @@ def select_model_k(
     ``adseg.views.build_base_clusterings``; None: here, one after the other)."""
     if views is None:
         views, _ = model_features(backtest.win_samples, backtest.descriptions, n_bins=n_bins)
-    tasks = [(f"K={k}", _fit_with_k, (estimator, int(k), views)) for k in candidates]
+    tasks = model_k_parts(estimator, candidates, views)
     done = [fn(*args) for _, fn, args in tasks] if run_parts is None else run_parts(tasks)
     fits = dict(zip((int(k) for k in candidates), done, strict=True))
     table = backtest.score({f"model_k{k}": f.labels_ for k, f in fits.items()})
     scores = {k: float(table.loc[f"model_k{k}", "score"]) for k in fits}
     return parsimonious_choice(scores, tolerance), scores, fits
+
+
+def model_k_parts(estimator: MixtureSegmentation, candidates: Sequence[int], views) -> list:
+    """The candidate fits of :func:`select_model_k` as (name, function, arguments): what its
+    ``run_parts`` is given (a caller may start them early)."""
+    return [(f"K={k}", _fit_with_k, (estimator, int(k), views)) for k in candidates]
 
 
 def _fit_with_k(estimator: MixtureSegmentation, k: int, views) -> MixtureSegmentation:

@@ -317,3 +317,74 @@ def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
             fuse(labels, ["l2", "rcc"], 4, 0, "rcc", scheduler=cluster.scheduler_address)
     finally:
         closing.join()
+
+
+def test_prefetched_parts_are_those_the_stage_asks_for(scheduler):
+    """A prefetched batch returns its parts' results in order, with their log lines replayed
+    when collected; asked for as other parts it refuses; outside shared_engine it is the
+    runner itself (the parts run when asked for)."""
+    import logging
+
+    from adseg.app.execution import part_runner, shared_engine
+
+    parts = [("a", _logged_sum, (1, 2)), ("b", _logged_sum, (3, 4))]
+    for address in (scheduler, None):
+        runner = part_runner(address, 2)
+        with shared_engine():
+            collect = runner.prefetch(parts)
+            assert collect is not runner
+            with _records("adseg.test") as records:
+                assert collect(parts) == [3, 7]
+            assert [r.getMessage() for r in records] == ["sum 3", "sum 7"]
+            with pytest.raises(ValueError, match="prefetched parts"):
+                runner.prefetch(parts)(parts[::-1])
+        assert runner.prefetch(parts) is runner
+    logging.getLogger("adseg.test").handlers.clear()
+
+
+def _logged_sum(a, b):
+    import logging
+
+    logging.getLogger("adseg.test").warning("sum %d", a + b)
+    return a + b
+
+
+class _records:
+    """The records the ``name`` logger handles inside the block."""
+
+    def __init__(self, name):
+        import logging
+
+        self.logger, self.records = logging.getLogger(name), []
+        self.handler = logging.Handler()
+        self.handler.emit = self.records.append
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self.records
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
+    engine, market_dir, monkeypatch
+):
+    """Above the engine's size threshold (lowered here) the views, the prefetched model parts
+    and the fusers run on the embedded cluster: the same segments and MAPE as in process."""
+    from adseg import pipeline
+    from adseg.app.nightly import run_nightly
+
+    write_batch(engine, read_directory(market_dir))
+    config = dict(fusers=FUSERS, seed=0, supply="actual")
+    local_run = run_nightly(engine, config=pipeline.NightlyConfig(**config, n_jobs=1)).run_id
+    monkeypatch.setattr(pipeline, "ENGINE_MIN_N", 1)
+    engine_run = run_nightly(engine, config=pipeline.NightlyConfig(**config, n_jobs=2)).run_id
+    local, there = store.read_segments(engine, local_run), store.read_segments(engine, engine_run)
+    assert set(local) == set(there)
+    for source in local:
+        pd.testing.assert_series_equal(local[source], there[source], obj=source)
+    pd.testing.assert_frame_equal(
+        store.read_forecast_results(engine, local_run)["mape"],
+        store.read_forecast_results(engine, engine_run)["mape"],
+    )

@@ -91,12 +91,18 @@ def dask_client(scheduler: str | None, n_workers: int) -> Iterator:
             client.close()
         return
     if _shared is not None:  # inside shared_engine(): one embedded cluster for every stage
-        if _shared.client is None:
-            _shared.client = _shared.stack.enter_context(_embedded_cluster(n_workers))
-        yield _shared.client
+        yield _start_shared(n_workers)
         return
     with _embedded_cluster(n_workers) as client:
         yield client
+
+
+def _start_shared(n_workers: int):
+    """The client of shared_engine's embedded cluster, started now with ``n_workers`` if it
+    is not up yet."""
+    if _shared.client is None:
+        _shared.client = _shared.stack.enter_context(_embedded_cluster(n_workers))
+    return _shared.client
 
 
 class _Shared:
@@ -194,29 +200,41 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
     (interrupts.check_pending). A future cancelled meanwhile (not by this loop) is a scheduler
     that went away: SchedulerUnreachable, for every task."""
     with dask_client(scheduler, n_workers) as client:
-        futures = {}
-        try:
-            with warnings.catch_warnings():  # each task's data goes once: the hint is moot
-                warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
-                for rank, (name, function, args) in enumerate(tasks):
-                    futures[name] = client.submit(function, *args, pure=False, priority=-rank)
-            running, workerless = dict(futures), _Workerless(client, scheduler)
-            while running:
-                check_pending()
-                done = [name for name, future in running.items() if future.done()]
-                if not done:
-                    time.sleep(poll)
-                    workerless.check()
-                for name in done:
-                    if (future := running.pop(name)).status == "cancelled":
-                        raise SchedulerUnreachable(
-                            _where(scheduler), "the connection was lost during the run"
-                        )
-                    yield name, future.result
-        finally:
-            pending = [f for f in futures.values() if not f.done()]
-            if pending:
-                client.cancel(pending)
+        yield from _finished(client, _submit(client, tasks), scheduler, poll)
+
+
+def _submit(client, tasks, priority: int = 0) -> dict:
+    """{name: future} of ``tasks`` submitted to ``client``, the first at ``priority``, each
+    next one lower (the engine starts them in this order when it has to choose)."""
+    futures = {}
+    with warnings.catch_warnings():  # each task's data goes once: the hint is moot
+        warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+        for rank, (name, function, args) in enumerate(tasks):
+            futures[name] = client.submit(function, *args, pure=False, priority=priority - rank)
+    return futures
+
+
+def _finished(client, futures: dict, scheduler: str | None, poll: float = 0.1):
+    """Yield (name, outcome) of ``futures`` as each finishes (see :func:`run_tasks`); those
+    not finished when the loop ends are cancelled."""
+    try:
+        running, workerless = dict(futures), _Workerless(client, scheduler)
+        while running:
+            check_pending()
+            done = [name for name, future in running.items() if future.done()]
+            if not done:
+                time.sleep(poll)
+                workerless.check()
+            for name in done:
+                if (future := running.pop(name)).status == "cancelled":
+                    raise SchedulerUnreachable(
+                        _where(scheduler), "the connection was lost during the run"
+                    )
+                yield name, future.result
+    finally:
+        pending = [f for f in futures.values() if not f.done()]
+        if pending:
+            client.cancel(pending)
 
 
 def _where(scheduler: str | None) -> str:
@@ -248,32 +266,77 @@ class _Workerless:
             )
 
 
-def part_runner(scheduler: str | None, n_workers: int):
-    """A ``run_parts`` for the core's stages (``adseg.views.build_base_clusterings``,
-    ``adseg.selection.select_model_k``): it runs a list of (name, function, arguments) as
-    tasks of the engine (:func:`run_tasks`) and returns their results in order. Each task's
-    warnings and the log records of the ``adseg`` loggers are caught in the worker and
-    replayed here, so that the run's log and warnings are those of the in-process path. The
-    first task to fail raises its exception (the others are cancelled)."""
+PREFETCH_PRIORITY = -1000
+"""Engine priority of prefetched parts: below any stage's own tasks, which go first."""
 
-    def run_parts(parts):
+
+def part_runner(scheduler: str | None, n_workers: int) -> PartRunner:
+    """A ``run_parts`` for the core's stages (``adseg.views.build_base_clusterings``,
+    ``adseg.selection.select_model_k``): see :class:`PartRunner`."""
+    return PartRunner(scheduler, n_workers)
+
+
+class PartRunner:
+    """Runs a list of (name, function, arguments) as tasks of the engine (:func:`run_tasks`)
+    and returns their results in order. Each task's warnings and the log records of the
+    ``adseg`` loggers are caught in the worker and replayed here, so that the run's log and
+    warnings are those of the in-process path. The first task to fail raises its exception (the
+    others are cancelled).
+
+    :meth:`prefetch` submits parts that a later stage will ask for and returns a ``run_parts``
+    that collects them: the engine runs them while this process does other work."""
+
+    def __init__(self, scheduler: str | None, n_workers: int):
+        self.scheduler, self.n_workers = scheduler, n_workers
+
+    def __call__(self, parts) -> list:
         tasks = [(name, _captured, (function, args)) for name, function, args in parts]
         results = {}
-        with closing(run_tasks(tasks, scheduler, min(n_workers, len(tasks)))) as finished:
-            for name, outcome in finished:
+        with closing(run_tasks(tasks, self.scheduler, min(self.n_workers, len(tasks)))) as done:
+            for name, outcome in done:
                 results[name] = outcome()
-        values = []
-        for name, *_ in parts:
-            value, caught, records = results[name]
-            for record in records:  # as the logger here would have emitted them
-                if (logger := logging.getLogger(record.name)).isEnabledFor(record.levelno):
-                    logger.handle(record)
-            for w in caught:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            values.append(value)
-        return values
+        return _replayed(parts, results)
 
-    return run_parts
+    def prefetch(self, parts):
+        """A ``run_parts`` that returns the results of ``parts``, submitted now at
+        :data:`PREFETCH_PRIORITY`; it must be given the same parts (names in order). Inside
+        :func:`shared_engine` only (with a scheduler, on a connection of its own that the block
+        closes); elsewhere the parts run when asked for, as by the runner itself."""
+        if _shared is None:
+            return self
+        if self.scheduler:
+            client = _shared.stack.enter_context(closing(connect(self.scheduler)))
+        else:
+            client = _start_shared(self.n_workers)
+        tasks = [(name, _captured, (function, args)) for name, function, args in parts]
+        futures = _submit(client, tasks, PREFETCH_PRIORITY)
+        names = [name for name, *_ in parts]
+
+        def collect(asked) -> list:
+            if [name for name, *_ in asked] != names:
+                raise ValueError(f"prefetched parts {names} asked for as {asked!r}")
+            results = {}
+            with closing(_finished(client, futures, self.scheduler)) as done:
+                for name, outcome in done:
+                    results[name] = outcome()
+            return _replayed(parts, results)
+
+        return collect
+
+
+def _replayed(parts, results: dict) -> list:
+    """The values of ``parts`` from ``results`` ({name: (value, warnings, log records)}), in
+    order, each part's log records and warnings replayed here."""
+    values = []
+    for name, *_ in parts:
+        value, caught, records = results[name]
+        for record in records:  # as the logger here would have emitted them
+            if (logger := logging.getLogger(record.name)).isEnabledFor(record.levelno):
+                logger.handle(record)
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        values.append(value)
+    return values
 
 
 class _Records(logging.Handler):

@@ -95,10 +95,11 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         data = pull(engine, windows)
     log.info("pulled %s advertisers", f"{len(data.advertiser_ids):,}")
     with timed(timings, "views", progress):
+        prefetched = pipeline.prefetch_model_parts(data, config)  # run after the views' parts
         views = pipeline.build_views(data, config)
     names, left_out = fusers_for_size(config, views.labels.shape[0])
     with timed(timings, "model", progress):
-        chosen = pipeline.model_stage(data, config, views, names)
+        chosen = pipeline.model_stage(data, config, views, names, prefetched)
         store.write_base_clusterings(
             engine, run_id, data.advertiser_ids, chosen.labels, chosen.columns
         )

@@ -15,7 +15,12 @@ count rules), ``ks`` (KS graphs and views), ``text``, ``build`` (all views of a 
 """
 
 from adseg.views.base import KS_VIEWS, BaseClusterings, ViewConfig
-from adseg.views.build import build_base_clusterings, clusters_per_view, view_consistency
+from adseg.views.build import (
+    build_base_clusterings,
+    clusters_per_view,
+    view_consistency,
+    view_parts,
+)
 from adseg.views.ks import ks_graph, ks_view
 from adseg.views.ncut import NormalizedCutClustering
 from adseg.views.text import text_view
@@ -26,6 +31,7 @@ __all__ = [
     "NormalizedCutClustering",
     "ViewConfig",
     "build_base_clusterings",
+    "view_parts",
     "clusters_per_view",
     "ks_graph",
     "ks_view",

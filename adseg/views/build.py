@@ -37,6 +37,27 @@ def build_base_clusterings(
         execution engine's, ``adseg.app.execution.part_runner``: the views in parallel, the
         same results); None runs them here, one after the other.
     """
+    tasks = view_parts(win_samples, cost_samples, descriptions, config, random_state)
+    if run_parts is None:
+        parts = [function(*args) for _, function, args in tasks]
+    else:
+        parts = run_parts(tasks)
+    labels = np.concatenate([p.labels for p in parts], axis=1)
+    frames = [p.columns for p in parts if len(p.columns)]
+    columns = pd.concat(frames, ignore_index=True) if frames else empty_columns()
+    distances = {k: v for p in parts for k, v in p.distances.items()}
+    return BaseClusterings(labels, columns, distances)
+
+
+def view_parts(
+    win_samples: Sequence,
+    cost_samples: Sequence,
+    descriptions: Sequence[str | None],
+    config: ViewConfig | None = None,
+    random_state=None,
+) -> list[tuple]:
+    """The three views of :func:`build_base_clusterings` as (name, function, arguments), the
+    largest first: what its ``run_parts`` is given (a caller may start them early)."""
     config = config or ViewConfig()
     n = len(win_samples)
     if len(cost_samples) != n or len(descriptions) != n:
@@ -47,7 +68,7 @@ def build_base_clusterings(
     rng = check_random_state(random_state)
     seeds = rng.randint(0, 2**31 - 1, size=3)
     threads = config.blas_threads
-    tasks = [  # the largest first: the engine starts them in this order
+    return [
         ("win_rate", _limited, (threads, ks_view, win_samples, "win_rate", config, int(seeds[0]))),
         (
             "ecpm_cost",
@@ -56,15 +77,6 @@ def build_base_clusterings(
         ),
         ("text", _limited, (threads, text_view, descriptions, config, int(seeds[2]))),
     ]
-    if run_parts is None:
-        parts = [function(*args) for _, function, args in tasks]
-    else:
-        parts = run_parts(tasks)
-    labels = np.concatenate([p.labels for p in parts], axis=1)
-    frames = [p.columns for p in parts if len(p.columns)]
-    columns = pd.concat(frames, ignore_index=True) if frames else empty_columns()
-    distances = {k: v for p in parts for k, v in p.distances.items()}
-    return BaseClusterings(labels, columns, distances)
 
 
 def _limited(blas_threads: int | None, function, *args):
