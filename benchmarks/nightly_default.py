@@ -71,10 +71,11 @@ def _prepare(tmp: Path, n_advertisers: int) -> tuple[float, float, int]:
 
 class TreeMemory:
     """The peak of the summed resident memory (MiB) of this process and all its descendants,
-    sampled from /proc every ``interval`` seconds in a background thread."""
+    sampled from /proc every ``interval`` seconds in a background thread; the samples are kept
+    (monotonic seconds, this process's MiB, the tree's MiB) for peaks by stage."""
 
     def __init__(self, interval: float = 0.2):
-        self.interval, self.peak = interval, 0.0
+        self.interval, self.peak, self.samples = interval, 0.0, []
         self._stop = threading.Event()
 
     def start(self) -> TreeMemory:
@@ -89,11 +90,27 @@ class TreeMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, _tree_rss_mib(os.getpid()))
+            tree, own = _tree_rss_mib(os.getpid())
+            self.samples.append((time.perf_counter(), own, tree))
+            self.peak = max(self.peak, tree)
+
+    def by_stage(self, start: float, timings: dict) -> str:
+        """Peak MiB (this process / the tree) in each stage, the stages taken to follow each
+        other from ``start`` (perf_counter seconds) for their recorded wall seconds."""
+        parts, t = [], start
+        for stage, seconds in timings.items():
+            if stage in ("total", "fusers") or not isinstance(seconds, (int, float)):
+                continue
+            inside = [(own, tree) for at, own, tree in self.samples if t <= at < t + seconds]
+            t += seconds
+            if inside:
+                own, tree = max(o for o, _ in inside), max(tr for _, tr in inside)
+                parts.append(f"{stage} {own:,.0f} / {tree:,.0f}")
+        return ", ".join(parts)
 
 
-def _tree_rss_mib(root: int) -> float:
-    """Summed VmRSS (MiB) of ``root`` and its descendants."""
+def _tree_rss_mib(root: int) -> tuple[float, float]:
+    """(summed VmRSS (MiB) of ``root`` and its descendants, ``root``'s own)."""
     parents, rss = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -110,7 +127,7 @@ def _tree_rss_mib(root: int) -> float:
         more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
         tree |= more
         grown = bool(more)
-    return sum(rss.get(pid, 0.0) for pid in tree)
+    return sum(rss.get(pid, 0.0) for pid in tree), rss.get(root, 0.0)
 
 
 class LocalCluster:
@@ -289,6 +306,9 @@ def main() -> None:
         "during the pipeline (this process and every descendant, /proc sampled every 0.2 s); "
         f"{peak_own:,.0f} MiB peak in the main process, {peak_child:,.0f} MiB in the largest "
         "finished child (generation and ingest ran in a child process before the pipeline).",
+        "",
+        "Peak resident memory by stage, MiB (this process / the whole tree): "
+        + monitor.by_stage(t_started, run["timings"]),
         "",
         "Per-stage seconds (wall): "
         + ", ".join(f"{k} {v}" for k, v in run["timings"].items() if k != "fusers"),
