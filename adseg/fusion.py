@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import closing
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -102,9 +103,12 @@ def fuse(
     options: dict | None = None,
     weights: np.ndarray | None = None,
     scheduler: str | None = None,
+    started: Callable | None = None,
 ) -> Fusion:
     """Stage 3: every fuser on the base clusterings (a :class:`Fusion`); a failing alternative
     fuser is recorded and skipped, a failing primary fuser raises, a fuser's notes are logged.
+    ``started``: the fits of these same arguments submitted before (:func:`start_fusion`),
+    collected here.
 
     ``options`` ({fuser: {parameter: value}}, checked by :func:`check_fuser_options`) are
     passed to the fusers' constructors; ``weights`` (one per base clustering) to those that
@@ -138,7 +142,7 @@ def fuse(
             for note in found:
                 log.warning("fuser %s: %s", name, note)
 
-    if not scheduler and (n_jobs <= 1 or len(names) <= 1):
+    if started is None and not _on_engine(names, n_jobs, scheduler):
         for name in names:
             if progress:
                 progress(f"fusing with {name}")
@@ -152,13 +156,44 @@ def fuse(
     if progress:
         where = scheduler or f"{min(n_jobs, len(names))} processes"
         progress(f"fusing with {', '.join(names)} ({where})")
-    tasks = fuser_tasks(names, labels, n_segments, seed, options, weights)
+    if started is None:
+        tasks = fuser_tasks(names, labels, n_segments, seed, options, weights)
+        started = partial(_run_tasks, tasks, scheduler, min(n_jobs, len(names)))
     # closing(): a failing primary fuser raised by record() stops the other tasks at once
-    with closing(_run_tasks(tasks, scheduler, min(n_jobs, len(names)))) as finished:
+    with closing(started()) as finished:
         for name, outcome in finished:
             record(name, outcome)
     in_order = {n: segmentations[n] for n in names if n in segmentations}
     return Fusion(in_order, seconds, errors, {n: notes[n] for n in names if n in notes})
+
+
+def _on_engine(names, n_jobs: int, scheduler: str | None) -> bool:
+    """Whether :func:`fuse` runs the fits as engine tasks: on a scheduler, or with more than
+    one job and more than one fuser."""
+    return bool(scheduler) or (n_jobs > 1 and len(names) > 1)
+
+
+def start_fusion(
+    labels: np.ndarray,
+    names: list[str],
+    n_segments: int,
+    seed: int,
+    n_jobs: int = 1,
+    options: dict | None = None,
+    weights: np.ndarray | None = None,
+    scheduler: str | None = None,
+) -> Callable | None:
+    """Submit :func:`fuse`'s fits now, below the priority of the tasks submitted meanwhile
+    (``adseg.app.execution.prefetch_tasks``), for ``fuse(..., started=)`` to collect: the
+    engine fits them while this process does other work. None when ``fuse`` would fit them in
+    this process."""
+    if not _on_engine(names, n_jobs, scheduler):
+        return None
+    from adseg.app.execution import prefetch_tasks
+
+    tasks = fuser_tasks(names, labels, n_segments, seed, options or {}, weights)
+    fits = [(name, _fit_one, args) for name, args in tasks]
+    return prefetch_tasks(fits, scheduler, min(n_jobs, len(names)))
 
 
 def fuser_tasks(

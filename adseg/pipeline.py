@@ -34,7 +34,7 @@ from adseg.consensus import (
     describe_registered,
 )
 from adseg.forecast import FORECAST_CHOICES, evaluate_sources
-from adseg.fusion import fuse
+from adseg.fusion import fuse, start_fusion
 from adseg.interrupts import error_text
 from adseg.metrics import ari
 from adseg.model_stage import (
@@ -472,6 +472,9 @@ class ModelStage(NamedTuple):
     notes: list
     delivery_cap: float = 0.0  # the cap on the delivery evidence (by backtest; 0: none)
     cap_scores: dict = {}  # a shared default, never mutated
+    # the run's fuser fits started during the stage (fusion.start_fusion), by their number of
+    # segments; for fuse(started=) when the fuse stage asks for that number
+    started: dict = {}  # a shared default, never mutated
 
 
 def _with_model_column(labels, columns, model, k: int):
@@ -549,13 +552,29 @@ def model_stage(
     weights, scores = np.ones(labels.shape[1]), None
     primary = config.primary()
     recommended, reason = primary, "no backtest: the primary fuser"
+    started = {}
+
+    def start(weights):  # the run's fusers, fitted while the backtest's are fitted and scored
+        k = fusion_segments(fuser_k, labels, weights, config)
+        started[k] = start_fusion(
+            labels,
+            names,
+            k,
+            config.seed,
+            config.n_jobs,
+            config.fuser_options,
+            weights,
+            config.scheduler,
+        )
+
     if choices.fit_labels is not None:
         try:
             weights, scores = _backtest_sources(
-                data.backtest, config, names, choices, columns, prefetched.backtest_views
+                data.backtest, config, names, choices, columns, prefetched.backtest_views, start
             )
             recommended, reason = recommend(scores)
         except ValueError as exc:
+            started.clear()  # fitted with the weights just dropped: released
             notes.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
     if any("did not converge" in n for n in notes):  # the paper's source, not a doubtful one
         recommended, reason = primary, "the model view did not converge: the primary fuser"
@@ -574,7 +593,17 @@ def model_stage(
         choices.notes + notes,
         choices.delivery_cap,
         choices.cap_scores,
+        started,
     )
+
+
+def fusion_segments(fuser_k: int, labels: np.ndarray, weights, config: NightlyConfig) -> int:
+    """The fusers' number of segments: ``fuser_k``, but no more than the groups of advertisers
+    with distinct (weighted) base clusterings unless ``--segments`` asks (the model view may
+    leave some of its K segments empty)."""
+    if config.n_segments is not None:
+        return fuser_k
+    return min(fuser_k, count_label_groups(labels, weights)[0])
 
 
 def view_sources(views, k: int, config, win_samples, cost_samples, model) -> dict:
@@ -590,11 +619,15 @@ def view_sources(views, k: int, config, win_samples, cost_samples, model) -> dic
     return sources
 
 
-def _backtest_sources(backtest: Backtest, config, names, choices, columns, views_runner=None):
+def _backtest_sources(
+    backtest: Backtest, config, names, choices, columns, views_runner=None, on_weights=None
+):
     """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
     that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
     held-out days, each base clustering as a source of its own and every source besides.
-    ``views_runner``: the views' ``run_parts`` (prefetched), else the engine's."""
+    ``views_runner``: the views' ``run_parts`` (prefetched), else the engine's.
+    ``on_weights``: called with the weights as soon as they are known (from the base
+    clusterings' scores, before the backtest's own fusers are fitted and scored)."""
     from adseg.views import build_base_clusterings
 
     bt = build_base_clusterings(
@@ -614,6 +647,11 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns, views
     keyed = pd.Series(
         per_column.reindex([f"column {j}" for j in range(len(keys))]).to_numpy(), index=keys
     )
+    weights = np.ones(len(columns))
+    if not config.paper_fusion:
+        weights = weights_from_backtest(columns, bt_columns, keyed)
+    if on_weights is not None:
+        on_weights(weights)
     bt_k = choose_n_segments(bt.columns, bt.labels, None)
     if config.n_segments is not None:
         bt_k = config.n_segments
@@ -635,7 +673,4 @@ def _backtest_sources(backtest: Backtest, config, names, choices, columns, views
         scheduler=config.scheduler,
     )
     sources.update(fusion.segmentations)
-    scores = backtest.score(sources, random_state=config.seed)
-    if config.paper_fusion:
-        return np.ones(len(columns)), scores
-    return weights_from_backtest(columns, bt_columns, keyed), scores
+    return weights, backtest.score(sources, random_state=config.seed)

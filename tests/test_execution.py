@@ -233,6 +233,8 @@ def test_what_is_shipped_to_the_workers_is_arrays_and_plain_values(monkeypatch):
     dicts of them; never a database engine, connection or session."""
     import distributed
 
+    from adseg.app import execution
+
     def plain(value) -> bool:
         if isinstance(value, dict):
             return all(isinstance(k, str) and plain(v) for k, v in value.items())
@@ -251,7 +253,8 @@ def test_what_is_shipped_to_the_workers_is_arrays_and_plain_values(monkeypatch):
     real_submit = distributed.Client.submit
 
     def recording_submit(self, func, *args, **kwargs):
-        shipped.append(args)
+        assert func is execution._trimmed  # the task's function by reference, then its data
+        shipped.append(args[1:])
         return real_submit(self, func, *args, **kwargs)
 
     monkeypatch.setattr(distributed.Client, "submit", recording_submit)
@@ -290,6 +293,25 @@ def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block(
         alone = fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=1)
         for name in ("l2", "rcc"):
             np.testing.assert_array_equal(here.segmentations[name], alone.segmentations[name])
+
+
+def test_close_engine_ends_the_shared_cluster_before_its_block_ends():
+    """close_engine() inside shared_engine: the workers are gone at once; a stage after it that
+    needs the engine gets a new cluster; outside a block it does nothing."""
+    import multiprocessing
+
+    from adseg.app.execution import close_engine, dask_client, shared_engine
+
+    before = set(multiprocessing.active_children())
+    close_engine()
+    with shared_engine(start_workers=2):
+        with dask_client(None, 2) as first:
+            assert len(first.scheduler_info()["workers"]) == 2
+        close_engine()
+        assert set(multiprocessing.active_children()) <= before
+        with dask_client(None, 2) as second:
+            assert second is not first and len(second.scheduler_info()["workers"]) == 2
+    assert set(multiprocessing.active_children()) <= before
 
 
 def test_a_scheduler_lost_during_the_stage_is_unreachable(monkeypatch):
@@ -371,7 +393,8 @@ def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
     engine, market_dir, monkeypatch
 ):
     """Above the engine's size threshold (lowered here) the views, the prefetched model parts
-    and the fusers run on the embedded cluster: the same segments and MAPE as in process."""
+    and the fusers (started as soon as the backtest has given their weights) run on the
+    embedded cluster: the same segments and MAPE as in process."""
     from adseg import pipeline
     from adseg.app.nightly import run_nightly
 
@@ -379,7 +402,16 @@ def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
     config = dict(fusers=FUSERS, seed=0, supply="actual")
     local_run = run_nightly(engine, config=pipeline.NightlyConfig(**config, n_jobs=1)).run_id
     monkeypatch.setattr(pipeline, "ENGINE_MIN_N", 1)
+    started = []
+
+    def start_fusion(*args, **kwargs):  # the run's fusers start inside the model stage
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    real_start = pipeline.start_fusion
+    monkeypatch.setattr(pipeline, "start_fusion", start_fusion)
     engine_run = run_nightly(engine, config=pipeline.NightlyConfig(**config, n_jobs=2)).run_id
+    assert len(started) == 1 and started[0] is not None
     local, there = store.read_segments(engine, local_run), store.read_segments(engine, engine_run)
     assert set(local) == set(there)
     for source in local:

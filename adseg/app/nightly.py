@@ -18,10 +18,9 @@ import numpy as np
 import pandas as pd
 
 from adseg import pipeline
-from adseg.app.execution import shared_engine
+from adseg.app.execution import close_engine, shared_engine
 from adseg.app.inputs import check_run_inputs, default_windows, pull
 from adseg.app.runs import locked_run, mark_completed, run_parameters, timed
-from adseg.consensus import count_label_groups
 from adseg.forecast import ForecastResult
 from adseg.fusion import Fusion, fuse
 from adseg.pipeline import (
@@ -103,15 +102,14 @@ def _run_stages(engine, run_id, windows, config, timings, progress) -> NightlyRe
         store.write_base_clusterings(
             engine, run_id, data.advertiser_ids, chosen.labels, chosen.columns
         )
-    n_segments = chosen.fuser_k
-    if config.n_segments is None:  # the model view may leave some of its K segments empty
-        n_segments = min(n_segments, count_label_groups(chosen.labels, chosen.weights)[0])
+    n_segments = pipeline.fusion_segments(chosen.fuser_k, chosen.labels, chosen.weights, config)
     log.info("fusing into %d segments with %s", n_segments, ", ".join(names))
     with timed(timings, "fuse", progress):
         fusion, segmentations = _fuse_stage(
             data, views, chosen, names, n_segments, config, progress
         )
         store.write_segments(engine, run_id, data.advertiser_ids, segmentations)
+    close_engine()  # the forecast needs none: its workers' memory goes back now
     with timed(timings, "forecast", progress):
         result = pipeline.forecast(data, segmentations, config)
         store.write_forecast_results(engine, run_id, result)
@@ -141,6 +139,7 @@ def _fuse_stage(
         options=config.fuser_options,
         weights=chosen.weights,
         scheduler=config.scheduler,
+        started=chosen.started.get(n_segments),
     )
     segmentations = pipeline.view_sources(
         views, n_segments, config, data.win_samples, data.cost_samples, chosen.model_labels
