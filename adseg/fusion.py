@@ -192,8 +192,7 @@ def start_fusion(
     from adseg.app.execution import prefetch_tasks
 
     tasks = fuser_tasks(names, labels, n_segments, seed, options or {}, weights)
-    fits = [(name, _fit_one, args) for name, args in tasks]
-    return prefetch_tasks(fits, scheduler, min(n_jobs, len(names)))
+    return prefetch_tasks(_fits(tasks), scheduler, min(n_jobs, len(names)))
 
 
 def fuser_tasks(
@@ -213,4 +212,9 @@ def _run_tasks(tasks, scheduler: str | None, n_workers: int):
     """:func:`adseg.app.execution.run_tasks` of ``_fit_one`` on each of ``tasks``."""
     from adseg.app.execution import run_tasks
 
-    return run_tasks([(name, _fit_one, args) for name, args in tasks], scheduler, n_workers)
+    return run_tasks(_fits(tasks), scheduler, n_workers)
+
+
+def _fits(tasks) -> list:
+    """The engine tasks of :func:`fuser_tasks`' (name, arguments): ``_fit_one`` on each."""
+    return [(name, _fit_one, args) for name, args in tasks]

@@ -322,12 +322,8 @@ class PartRunner:
         self.scheduler, self.n_workers = scheduler, n_workers
 
     def __call__(self, parts) -> list:
-        tasks = [(name, _captured, (function, args)) for name, function, args in parts]
-        results = {}
-        with closing(run_tasks(tasks, self.scheduler, min(self.n_workers, len(tasks)))) as done:
-            for name, outcome in done:
-                results[name] = outcome()
-        return _replayed(parts, results)
+        tasks = _part_tasks(parts)
+        return _collected(parts, run_tasks(tasks, self.scheduler, min(self.n_workers, len(tasks))))
 
     def prefetch(self, parts):
         """A ``run_parts`` that returns the results of ``parts``, submitted now
@@ -335,20 +331,30 @@ class PartRunner:
         :func:`shared_engine`, the runner itself: the parts run when asked for."""
         if _shared is None:
             return self
-        tasks = [(name, _captured, (function, args)) for name, function, args in parts]
-        finished = prefetch_tasks(tasks, self.scheduler, self.n_workers)
+        finished = prefetch_tasks(_part_tasks(parts), self.scheduler, self.n_workers)
         names = [name for name, *_ in parts]
 
         def collect(asked) -> list:
             if [name for name, *_ in asked] != names:
                 raise ValueError(f"prefetched parts {names} asked for as {asked!r}")
-            results = {}
-            with closing(finished()) as done:
-                for name, outcome in done:
-                    results[name] = outcome()
-            return _replayed(parts, results)
+            return _collected(parts, finished())
 
         return collect
+
+
+def _part_tasks(parts) -> list:
+    """The engine tasks of ``parts``: each function run under :func:`_captured`."""
+    return [(name, _captured, (function, args)) for name, function, args in parts]
+
+
+def _collected(parts, finished) -> list:
+    """The values of ``parts`` in order, from ``finished`` ((name, outcome) as each task ends;
+    closed on the way out, which cancels the rest), replayed here (:func:`_replayed`)."""
+    results = {}
+    with closing(finished) as done:
+        for name, outcome in done:
+            results[name] = outcome()
+    return _replayed(parts, results)
 
 
 def prefetch_tasks(tasks, scheduler: str | None, n_workers: int):
