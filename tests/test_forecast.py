@@ -120,6 +120,28 @@ def test_pooled_segment_cdf_equals_ecdf_of_concatenated_samples():
     assert ecdf.counts.sum() == sum(s.size for s, g in zip(samples, groups, strict=True) if g >= 0)
 
 
+def test_a_pool_holds_its_keys_and_makes_values_and_running_sums_on_demand():
+    """8 bytes per sample until a mean is asked for: the values are read back from the keys
+    (sorted by group, then value) and the running sums are made once, on the first mean."""
+    rng = np.random.default_rng(4)
+    samples = [np.round(rng.lognormal(1, 0.5, rng.integers(0, 30)), 2) for _ in range(25)]
+    groups = rng.integers(-1, 3, 25)
+    ecdf = GroupedECDF.from_samples(samples, groups)
+    arrays = [v for v in vars(ecdf).values() if isinstance(v, np.ndarray)]
+    n = int(ecdf.counts.sum())
+    assert sum(a.nbytes for a in arrays if a.size == n) == 8 * n  # the keys alone
+    expected = np.concatenate(
+        [np.sort(np.concatenate([s for s, gi in zip(samples, groups, strict=True) if gi == g]))
+         for g in range(3)]
+    )  # fmt: skip
+    np.testing.assert_array_equal(ecdf.values, expected)
+    assert "_prefix" not in vars(ecdf)
+    ecdf.partial_mean(0, 3.0)
+    first = vars(ecdf)["_prefix"]
+    ecdf.conditional_mean(1, 3.0)
+    assert vars(ecdf)["_prefix"] is first
+
+
 def test_a_group_after_a_huge_one_keeps_its_digits():
     """One running sum over all groups, differenced, put the second group's means 5 % off."""
     small = np.array([0.013, 0.027, 0.031])

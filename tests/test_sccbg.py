@@ -710,3 +710,22 @@ def test_sparse_must_be_a_flag_or_auto():
     for bad in ("yes", 1, None):
         with pytest.raises(TypeError, match="sparse"):
             SCCBG(3, sparse=bad).fit(labels)
+
+
+def test_the_fitted_estimator_holds_the_distinct_rows_not_n_by_k():
+    """graph_, edge_weights_ and min_edge_weights_ are (n, k), expanded from the u distinct
+    label rows' arrays when read; W ≡ 1 throughout is held as no array at all."""
+    rng = np.random.default_rng(3)
+    distinct = rng.integers(0, 4, size=(40, 3))
+    labels = distinct[rng.integers(0, 40, 2_000)]  # n = 2,000 rows, at most 40 distinct
+    f = SCCBG(n_clusters=3, learn_weights=False, random_state=0).fit(labels)
+    n, k = labels.shape[0], f.cluster_ids_.shape[0]
+    held = [v for v in vars(f).values() if isinstance(v, np.ndarray)]
+    held += [v for v in vars(f)["_distinct"].values() if v.base is None]
+    assert max(a.nbytes for a in held) < n * k * 8 / 10
+    assert f.graph_.shape == f.edge_weights_.shape == f.min_edge_weights_.shape == (n, k)
+    np.testing.assert_array_equal(f.edge_weights_, 1.0)
+    np.testing.assert_array_equal(f.min_edge_weights_, 1.0)
+    _, first, inverse = np.unique(labels, axis=0, return_index=True, return_inverse=True)
+    graph = f.graph_  # rows with the same labels share one learned row
+    np.testing.assert_array_equal(graph, graph[first][inverse.ravel()])

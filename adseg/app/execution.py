@@ -205,7 +205,10 @@ def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
 
 def _submit(client, tasks, priority: int = 0) -> dict:
     """{name: future} of ``tasks`` submitted to ``client``, the first at ``priority``, each
-    next one lower (the engine starts them in this order when it has to choose)."""
+    next one lower (the engine starts them in this order when it has to choose). This
+    process's freed heap goes back to the system first: it is about to wait on the workers,
+    whose memory adds to its own."""
+    trim_memory()
     futures = {}
     with warnings.catch_warnings():  # each task's data goes once: the hint is moot
         warnings.filterwarnings("ignore", "Sending large graph", UserWarning)

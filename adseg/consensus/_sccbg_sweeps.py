@@ -36,9 +36,11 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     if weights_are_one:
         r_const = C_off.sum(axis=0)
     active = np.arange(u)
-    Sa, Ya, Ha = S[active], Y[active], H[active]
+    # the rows still moving; all of them at first, as views (S updated in place), compacted
+    # into copies only once some rows have stopped: no u × k copies of S, Y and H up front
+    Sa, Ya, Ha = S, Y, H
     if not weights_are_one:
-        Wa = W[active]
+        Wa = W
         W2a = Wa * Wa
         WSa = Sa * Wa
     sweeps = 0
@@ -81,10 +83,15 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
             active = active[keep]
             if active.size == 0:
                 break
-            Sa, Ya, Ha = Sa[keep], Ya[keep], Ha[keep]
+            # one at a time, so that each old copy is freed before the next is made
+            Sa = Sa[keep]
+            Ya = Ya[keep]
+            Ha = Ha[keep]
             if not weights_are_one:
-                Wa, W2a, WSa = Wa[keep], W2a[keep], WSa[keep]
-    if active.size:
+                Wa = Wa[keep]
+                W2a = W2a[keep]
+                WSa = WSa[keep]
+    if active.size and Sa is not S:
         S[active] = Sa
     return S, sweeps
 

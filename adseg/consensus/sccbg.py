@@ -182,7 +182,7 @@ def w_step(
     2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
 
     Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
-    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about ten
+    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about seven
     u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
     k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md).
     """
@@ -197,9 +197,16 @@ def w_step(
     active = np.nonzero(~sure)[0]
     if active.size == 0:
         return W, 1
-    Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
+    if active.size == u:  # every row moves: views (W updated in place), no copies
+        Sa, S2a, A2a, Wa = S, S2, A2, W
+    else:  # the moving rows' copies; the full A2 and S2 go
+        Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
+    del A2, S2
     # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W on the active rows; one stacked GEMM per block.
-    T = np.stack([Wa, Sa * Wa, S2a * Wa])
+    T = np.empty((3, active.size, k))
+    T[0] = Wa
+    np.multiply(Sa, Wa, out=T[1])
+    np.multiply(S2a, Wa, out=T[2])
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
         ua = active.size
@@ -230,8 +237,13 @@ def w_step(
             active = active[keep]
             if active.size == 0:
                 break
-            Sa, S2a, A2a, Wa, T = Sa[keep], S2a[keep], A2a[keep], Wa[keep], T[:, keep]
-    if active.size:
+            # one at a time, so that each old copy is freed before the next is made
+            Sa = Sa[keep]
+            S2a = S2a[keep]
+            A2a = A2a[keep]
+            Wa = Wa[keep]
+            T = T[:, keep]
+    if active.size and Wa is not W:
         W[active] = Wa
     return W, sweeps
 
@@ -256,7 +268,8 @@ def s_step(
     """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
     at once, warm-started from S (modified in place and returned with the sweep count).
 
-    ``weights_are_one`` (W ≡ 1) saves one GEMM per block: Σ_q C_pq W_iq is then a constant row.
+    ``weights_are_one`` (W ≡ 1; W may then be None) saves one GEMM per block: Σ_q C_pq W_iq is
+    then a constant row.
     ``omega`` in (0, 2) over-relaxes each coordinate step (projected SOR, Cryer 1971): the same
     unique minimiser (the problem is convex), every step still decreases the objective, and far
     fewer sweeps when γ makes the coupling dominate the diagonal. Each row stops on its own (its
@@ -287,8 +300,9 @@ def s_step(
     if coarse_tol is not None and coarse_tol > tol:
         f32 = np.float32
         S32 = S.astype(f32)
+        W32 = None if weights_are_one else W.astype(f32)  # W is not read when W ≡ 1
         _, coarse = _s_sweeps(
-            S32, W.astype(f32), Y.astype(f32), C_off.astype(f32), blocks, gamma, rho,
+            S32, W32, Y.astype(f32), C_off.astype(f32), blocks, gamma, rho,
             H.astype(f32), weights_are_one, coarse_tol, max_sweeps, omega,
         )  # fmt: skip
         sweeps += coarse
@@ -485,9 +499,15 @@ class SCCBG(BaseFuser):
             run = self._run(Y, mult, block_of, first, self.gamma_, c)
 
         self.labels_ = run["labels"][inverse]
-        self.graph_ = run["S"][inverse]
-        self.edge_weights_ = run["W"][inverse]
-        self.min_edge_weights_ = run["W_min"][inverse]
+        # the (n, k) attributes are the distinct rows' arrays expanded when read (properties
+        # below): the fitted estimator holds 3 u × k arrays, not 3 n × k
+        self._row_of = inverse
+        ones = np.broadcast_to(np.float64(1.0), run["S"].shape)  # W ≡ 1 is held as None
+        self._distinct = {
+            "graph": run["S"],
+            "edge": ones if run["W"] is None else run["W"],
+            "min_edge": ones if run["W_min"] is None else run["W_min"],
+        }
         for key in (
             "labels_path",
             "fallback_used",
@@ -502,6 +522,26 @@ class SCCBG(BaseFuser):
             "relaxation",
         ):
             setattr(self, key + "_", run[key])
+
+    @property
+    def graph_(self) -> np.ndarray:
+        """(n, k) float64 S, expanded from the distinct rows' on each read (n × k memory)."""
+        return self._expanded("graph")
+
+    @property
+    def edge_weights_(self) -> np.ndarray:
+        """(n, k) float64 W, expanded from the distinct rows' on each read."""
+        return self._expanded("edge")
+
+    @property
+    def min_edge_weights_(self) -> np.ndarray:
+        """(n, k) float64 lowest W reached, expanded from the distinct rows' on each read."""
+        return self._expanded("min_edge")
+
+    def _expanded(self, name: str) -> np.ndarray:
+        if not hasattr(self, "_distinct"):
+            raise AttributeError(f"{type(self).__name__} is not fitted: call fit first.")
+        return self._distinct[name][self._row_of]
 
     def _run(self, Y, mult, block_of, first, gamma, c) -> dict:
         """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7). Cost per outer
@@ -523,9 +563,10 @@ class SCCBG(BaseFuser):
         self.sparse_path_ = sparse
 
         S = Y.copy()
-        W = np.ones_like(Y)
+        # W and the lowest weight each entry reached (W itself ends ≡ 1 as λ grows): None while
+        # they are all ones, allocated by the first W-step that runs (often none does)
+        W = W_min = None
         w_is_one = True
-        W_min = W.copy()  # lowest weight each entry reached: W itself ends ≡ 1 as λ grows
         lam, rho = float(self.lambda0), float(self.rho0)
         if c == 1:
             return self._result(
@@ -544,7 +585,7 @@ class SCCBG(BaseFuser):
                     S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling
                 )
                 if ran:
-                    np.minimum(W_min, W, out=W_min)
+                    W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
             H = h_matrix(U[:, :c], V[:, :c], du, dv)
             S_prev = S.copy()
             S, ss = s_step(
@@ -592,6 +633,8 @@ class SCCBG(BaseFuser):
             a2max = float(np.max((S - Y) ** 2, initial=0.0))
         if sure or (w_is_one and lam >= 2.0 * a2max + 2.0 * gamma * max_coupling):
             return W, 0, w_is_one, False
+        if W is None:
+            W = np.ones_like(S)
         W, sw = w_step(
             S, W, Y, C_off, blocks, lam, gamma, tol=self.inner_tol, max_sweeps=self.max_sweeps
         )

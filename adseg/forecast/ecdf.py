@@ -3,6 +3,7 @@ segmentation, answered for any (group, value) pairs by one ``np.searchsorted``."
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -104,31 +105,32 @@ class SampleSet:
         small = np.int16 if n_groups <= np.iinfo(np.int16).max else np.int64
         order = idx[np.argsort(g.astype(small), kind="stable")]
         return GroupedECDF._build(
-            self.values[order], self.rank[order], groups[self.owner[order]], n_groups, self.support
+            self.rank[order], groups[self.owner[order]], n_groups, self.support
         )
 
 
 @dataclass(frozen=True, eq=False)
 class GroupedECDF:
-    """Empirical c.d.f.s of G groups of samples, stored as one array sorted by (group, value).
+    """Empirical c.d.f.s of G groups of samples, stored as one key array sorted by (group, value).
 
     F_g(x) = #{samples of g ≤ x} / n_g. Queries are exact (ranks in the shared support, no float
     offsets) and vectorised over any number of (group, x) pairs: O(log N) each. A NaN x gives NaN
     from ``cdf``, ``partial_mean`` and ``conditional_mean`` (propagated, as numpy arithmetic
     would; x = ±inf is an ordinary bound) and is an error for the integer ``count_le``.
 
+    Memory: the keys, 8 bytes per sample; the per-group running sums that ``partial_mean`` and
+    ``conditional_mean`` read (8 bytes per sample more) are made on their first call and kept.
+
     Attributes
     ----------
-    values : (N,) float64 sorted by (group, value).
+    values : (N,) float64 sorted by (group, value), made from the keys when read.
     offsets : (G+1,) int64, group g occupies values[offsets[g]:offsets[g+1]].
     support : (M,) float64, sorted distinct values the ranks refer to.
     """
 
-    values: np.ndarray
     offsets: np.ndarray
     support: np.ndarray
-    _keys: np.ndarray = field(repr=False)
-    _prefix: np.ndarray = field(repr=False)
+    _keys: np.ndarray = field(repr=False)  # (N,) group · (M + 1) + rank, sorted
 
     @classmethod
     def from_samples(cls, samples: Sequence[ArrayLike], groups: ArrayLike | None = None):
@@ -140,12 +142,23 @@ class GroupedECDF:
         return ss.pool(groups)
 
     @classmethod
-    def _build(cls, values, rank, group, n_groups, support) -> GroupedECDF:
-        """From samples already sorted by (group, value)."""
+    def _build(cls, rank, group, n_groups, support) -> GroupedECDF:
+        """From the ranks and groups of samples already sorted by (group, value)."""
         keys = group * np.int64(support.size + 1) + rank
         offsets = np.zeros(n_groups + 1, dtype=np.int64)
         np.cumsum(np.bincount(group, minlength=n_groups), out=offsets[1:])
-        return cls(values, offsets, support, keys, _group_prefix_sums(values, offsets))
+        return cls(offsets, support, keys)
+
+    @property
+    def values(self) -> np.ndarray:
+        """(N,) float64, the samples sorted by (group, value); a new array each read."""
+        group = np.repeat(np.arange(self.n_groups, dtype=np.int64), self.counts)
+        return self.support[self._keys - group * np.int64(self.support.size + 1)]
+
+    @functools.cached_property
+    def _prefix(self) -> np.ndarray:
+        """The per-group running sums of :func:`_group_prefix_sums`, made once."""
+        return _group_prefix_sums(self.values, self.offsets)
 
     @property
     def n_groups(self) -> int:
