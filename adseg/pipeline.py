@@ -530,7 +530,8 @@ def model_stage(
     prefetched: Prefetched = Prefetched(),  # noqa: B008 - an immutable tuple
 ) -> ModelStage:
     """The model view (its K by backtest), the fusion weights learned on the backtest, and the
-    recommended source: everything chosen inside the training window (adseg.selection)."""
+    recommended source: everything chosen inside the training window (adseg.selection). On the
+    engine, the model view's fit runs while this process scores the backtest's clusterings."""
     requested = config.n_segments
     if data.backtest is not None:  # scored with the run's own forecast options
         data = replace(data, backtest=replace(data.backtest, spend_price=config.spend_price))
@@ -538,23 +539,14 @@ def model_stage(
     n = len(data.advertiser_ids)
     fits_runner = prefetched.model_fits or engine_parts(config, n)
     choices = choose_k(data.backtest, n, requested, config.seed, fits_runner)
-    model, notes = fit_model_view(
-        data.win_samples,
-        data.descriptions,
-        choices.k,
-        config.seed,
-        Delivery.of(data.train_delivery, data.advertiser_ids),
-        choices.delivery_cap,
-    )
-    labels, columns = views.labels, views.columns
-    if not config.paper_fusion:
-        labels, columns = _with_model_column(labels, columns, model, choices.k)
-    weights, scores = np.ones(labels.shape[1]), None
+    base = _BaseClusterings(views, choices.k, config, model_view_fit(data, config, choices))
+    weights, scores = np.ones(base.n_columns), None
     primary = config.primary()
-    recommended, reason = primary, "no backtest: the primary fuser"
+    recommended, reason, failed = primary, "no backtest: the primary fuser", []
     started = {}
 
     def start(weights):  # the run's fusers, fitted while the backtest's are fitted and scored
+        labels = base.labels()
         k = fusion_segments(fuser_k, labels, weights, config)
         started[k] = start_fusion(
             labels,
@@ -570,12 +562,15 @@ def model_stage(
     if choices.fit_labels is not None:
         try:
             weights, scores = _backtest_sources(
-                data.backtest, config, names, choices, columns, prefetched.backtest_views, start
+                data.backtest, config, names, choices, base.keys, prefetched.backtest_views, start
             )
             recommended, reason = recommend(scores)
         except ValueError as exc:
+            base.raise_failed_fit()  # the model view's own error is not the backtest's
             started.clear()  # fitted with the weights just dropped: released
-            notes.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
+            failed.append(f"backtest failed ({error_text(exc)}): equal weights, primary fuser")
+    labels, columns, model, notes = base.assembled()
+    notes = notes + failed
     if any("did not converge" in n for n in notes):  # the paper's source, not a doubtful one
         recommended, reason = primary, "the model view did not converge: the primary fuser"
     log.info("recommended source: %s (%s)", recommended, reason)
@@ -595,6 +590,66 @@ def model_stage(
         choices.cap_scores,
         started,
     )
+
+
+def model_view_fit(data: PulledData, config: NightlyConfig, choices) -> Callable:
+    """A callable giving the model view's (labels, notes) (:func:`fit_model_view` on the
+    training window at ``choices.k``): on the engine, started now, when the run has one and a
+    backtest for this process to score meanwhile; else fitted here when called."""
+    args = (
+        data.win_samples,
+        data.descriptions,
+        choices.k,
+        config.seed,
+        Delivery.of(data.train_delivery, data.advertiser_ids),
+        choices.delivery_cap,
+    )
+    runner = engine_parts(config, len(data.advertiser_ids))
+    if runner is None or choices.fit_labels is None:
+        return lambda: fit_model_view(*args)
+    parts = [("model view", fit_model_view, args)]
+    collect = runner.prefetch(parts)
+    return lambda: collect(parts)[0]
+
+
+class _BaseClusterings:
+    """The run's base clusterings: the views' columns, then the model view's (unless the
+    paper's fusion), whose labels come from ``fit`` (:func:`model_view_fit`) the first time
+    they are asked for. ``keys`` (view, parameter) are known before: the backtest's weights
+    need only them."""
+
+    def __init__(self, views, k: int, config: NightlyConfig, fit: Callable):
+        self.views, self.k, self.paper, self.fit = views, k, config.paper_fusion, fit
+        self.keys = views.columns[["view", "parameter"]]
+        if not self.paper:
+            model_key = pd.DataFrame([{"view": MODEL_SOURCE, "parameter": f"K={k}"}])
+            self.keys = pd.concat([self.keys, model_key], ignore_index=True)
+        self.n_columns = len(self.keys)
+        self._done, self._error = None, None
+
+    def assembled(self) -> tuple:
+        """(labels (n, m [+ 1]), columns frame, model labels (n,), the fit's notes)."""
+        if self._error is not None:
+            raise self._error
+        if self._done is None:
+            try:
+                model, notes = self.fit()
+            except Exception as exc:
+                self._error = exc
+                raise
+            labels, columns = self.views.labels, self.views.columns
+            if not self.paper:
+                labels, columns = _with_model_column(labels, columns, model, self.k)
+            self._done = (labels, columns, model, notes)
+        return self._done
+
+    def labels(self) -> np.ndarray:
+        return self.assembled()[0]
+
+    def raise_failed_fit(self) -> None:
+        """Raise the model view's fit's error, if it failed."""
+        if self._error is not None:
+            raise self._error
 
 
 def fusion_segments(fuser_k: int, labels: np.ndarray, weights, config: NightlyConfig) -> int:

@@ -72,10 +72,14 @@ def _prepare(tmp: Path, n_advertisers: int) -> tuple[float, float, int]:
 class TreeMemory:
     """The peak of the summed resident memory (MiB) of this process and all its descendants,
     sampled from /proc every ``interval`` seconds in a background thread; the samples are kept
-    (monotonic seconds, this process's MiB, the tree's MiB) for peaks by stage."""
+    (monotonic seconds, this process's MiB, the tree's MiB) for peaks by stage. Also the peak
+    of the tree's summed proportional set size (``pss_peak``): each page shared by k of its
+    processes (the libraries, and what forked workers still share with this process) counted
+    1/k in each, so that the sum is the tree's physical memory, which the summed resident
+    memory overstates by counting a shared page once per process."""
 
     def __init__(self, interval: float = 0.2):
-        self.interval, self.peak, self.samples = interval, 0.0, []
+        self.interval, self.peak, self.pss_peak, self.samples = interval, 0.0, 0.0, []
         self._stop = threading.Event()
 
     def start(self) -> TreeMemory:
@@ -90,9 +94,10 @@ class TreeMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            tree, own = _tree_rss_mib(os.getpid())
+            tree, own, pss = _tree_rss_mib(os.getpid())
             self.samples.append((time.perf_counter(), own, tree))
             self.peak = max(self.peak, tree)
+            self.pss_peak = max(self.pss_peak, pss)
 
     def by_stage(self, start: float, timings: dict) -> str:
         """Peak MiB (this process / the tree) in each stage, the stages taken to follow each
@@ -109,8 +114,8 @@ class TreeMemory:
         return ", ".join(parts)
 
 
-def _tree_rss_mib(root: int) -> tuple[float, float]:
-    """(summed VmRSS (MiB) of ``root`` and its descendants, ``root``'s own)."""
+def _tree_rss_mib(root: int) -> tuple[float, float, float]:
+    """(summed VmRSS (MiB) of ``root`` and its descendants, ``root``'s own, their summed Pss)."""
     parents, rss = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -127,7 +132,19 @@ def _tree_rss_mib(root: int) -> tuple[float, float]:
         more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
         tree |= more
         grown = bool(more)
-    return sum(rss.get(pid, 0.0) for pid in tree), rss.get(root, 0.0)
+    return sum(rss.get(pid, 0.0) for pid in tree), rss.get(root, 0.0), sum(map(_pss_mib, tree))
+
+
+def _pss_mib(pid: int) -> float:
+    """The proportional set size (MiB) of ``pid`` (/proc/PID/smaps_rollup; 0 if it is gone)."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0.0
+    for line in rollup.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 class LocalCluster:
@@ -305,7 +322,9 @@ def main() -> None:
         f"Peak resident memory: **{tree_peak:,.0f} MiB summed over the whole process tree** "
         "during the pipeline (this process and every descendant, /proc sampled every 0.2 s); "
         f"{peak_own:,.0f} MiB peak in the main process, {peak_child:,.0f} MiB in the largest "
-        "finished child (generation and ingest ran in a child process before the pipeline).",
+        "finished child (generation and ingest ran in a child process before the pipeline). "
+        f"Summed proportional set size (a page shared by k processes counted 1/k in each: the "
+        f"tree's physical memory): **{monitor.pss_peak:,.0f} MiB** at its peak.",
         "",
         "Peak resident memory by stage, MiB (this process / the whole tree): "
         + monitor.by_stage(t_started, run["timings"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import numpy as np
@@ -390,11 +391,12 @@ class _records:
 
 
 def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
-    engine, market_dir, monkeypatch
+    engine, market_dir, monkeypatch, tmp_path
 ):
-    """Above the engine's size threshold (lowered here) the views, the prefetched model parts
-    and the fusers (started as soon as the backtest has given their weights) run on the
-    embedded cluster: the same segments and MAPE as in process."""
+    """Above the engine's size threshold (lowered here) the views, the prefetched model parts,
+    the model view's fit (beside the backtest's scoring) and the fusers (started as soon as the
+    backtest has given their weights) run on the embedded cluster: the same segments and MAPE
+    as in process."""
     from adseg import pipeline
     from adseg.app.nightly import run_nightly
 
@@ -410,8 +412,19 @@ def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
 
     real_start = pipeline.start_fusion
     monkeypatch.setattr(pipeline, "start_fusion", start_fusion)
+    fitted_in = tmp_path / "model_view_pids"
+    real_fit = pipeline.fit_model_view
+
+    def fit_model_view(*args):  # the workers are forked from this process: they have it
+        with fitted_in.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        return real_fit(*args)
+
+    monkeypatch.setattr(pipeline, "fit_model_view", fit_model_view)
     engine_run = run_nightly(engine, config=pipeline.NightlyConfig(**config, n_jobs=2)).run_id
     assert len(started) == 1 and started[0] is not None
+    pids = [int(pid) for pid in fitted_in.read_text().split()]
+    assert len(pids) == 1 and pids[0] != os.getpid()  # once, in a worker
     local, there = store.read_segments(engine, local_run), store.read_segments(engine, engine_run)
     assert set(local) == set(there)
     for source in local:
