@@ -519,7 +519,37 @@ def prefetch_model_parts(data: PulledData, config: NightlyConfig) -> Prefetched:
     parts = view_parts(
         bt.win_samples, bt.cost_samples, bt.descriptions, views_config(config), config.seed
     )
+    if _same_texts(data):  # the run's text view is the backtest's (_text_from_run)
+        parts = [part for part in parts if part[0] != "text"]
     return Prefetched(runner.prefetch(fits), runner.prefetch(parts))
+
+
+def _same_texts(data: PulledData) -> bool:
+    """Whether the backtest's descriptions are the run's: its text view, made from them alone
+    with the same settings and seed, is then the run's text view."""
+    return data.backtest is not None and list(data.backtest.descriptions) == list(data.descriptions)
+
+
+def _text_from_run(views, run_parts) -> Callable:
+    """A ``run_parts`` for the backtest's views that answers the text part with the run's text
+    view (``views``' text columns: the same descriptions, settings and seed give the same
+    result, not computed twice) and the others with ``run_parts`` (None: here, in order)."""
+    from adseg.views import BaseClusterings
+
+    text = views.columns.index[views.columns["view"] == "text"].to_numpy()
+    run_text = BaseClusterings(
+        views.labels[:, text], views.columns.loc[text].reset_index(drop=True)
+    )
+
+    def answered(parts) -> list:
+        others = [part for part in parts if part[0] != "text"]
+        if run_parts is None:
+            results = iter([function(*args) for _, function, args in others])
+        else:
+            results = iter(run_parts(others))
+        return [run_text if part[0] == "text" else next(results) for part in parts]
+
+    return answered
 
 
 def model_stage(
@@ -540,6 +570,9 @@ def model_stage(
     fits_runner = prefetched.model_fits or engine_parts(config, n)
     choices = choose_k(data.backtest, n, requested, config.seed, fits_runner)
     base = _BaseClusterings(views, choices.k, config, model_view_fit(data, config, choices))
+    bt_views = prefetched.backtest_views or engine_parts(config, n)
+    if _same_texts(data):
+        bt_views = _text_from_run(views, bt_views)
     weights, scores = np.ones(base.n_columns), None
     primary = config.primary()
     recommended, reason, failed = primary, "no backtest: the primary fuser", []
@@ -562,7 +595,7 @@ def model_stage(
     if choices.fit_labels is not None:
         try:
             weights, scores = _backtest_sources(
-                data.backtest, config, names, choices, base.keys, prefetched.backtest_views, start
+                data.backtest, config, names, choices, base.keys, bt_views, start
             )
             recommended, reason = recommend(scores)
         except ValueError as exc:
@@ -680,7 +713,8 @@ def _backtest_sources(
     """(fusion weights of ``columns``, backtest scores by source): the views and the fusers
     that ``BACKTEST_FUSERS`` names are rebuilt on the backtest's first part and scored on its
     held-out days, each base clustering as a source of its own and every source besides.
-    ``views_runner``: the views' ``run_parts`` (prefetched), else the engine's.
+    ``views_runner``: the views' ``run_parts`` (prefetched, or answering the text view from the
+    run's), else the engine's.
     ``on_weights``: called with the weights as soon as they are known (from the base
     clusterings' scores, before the backtest's own fusers are fitted and scored)."""
     from adseg.views import build_base_clusterings

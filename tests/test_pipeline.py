@@ -2311,3 +2311,34 @@ def test_the_recommended_source_pays_off(half_default_engine):
     for method in ("segment", "blended"):
         assert mape[(best, method)] < mape[("own", method)]
         assert mape[(best, method)] < mape[("global", method)]
+
+
+def test_the_backtests_text_view_is_the_runs_when_the_descriptions_are():
+    """The backtest's views answer their text part from the run's text view (the same
+    descriptions, settings and seed): the same base clusterings as building it again."""
+    from adseg.views import build_base_clusterings
+
+    rng = np.random.default_rng(5)
+    words = np.array(["shoes", "travel", "bank", "games", "food", "cars", "loans", "hotel"])
+    texts = [" ".join(rng.choice(words, 4)) for _ in range(90)]
+    run_win = [rng.lognormal(1 + (i % 3), 0.3, 30) for i in range(90)]
+    bt_win = [s[:20] for s in run_win]
+    config, seed = pipeline.views_config(pipeline.NightlyConfig()), 3
+    views = build_base_clusterings(run_win, run_win, texts, config=config, random_state=seed)
+    asked = []
+
+    def run_parts(given):
+        asked.extend(name for name, *_ in given)
+        return [function(*args) for _, function, args in given]
+
+    reused = build_base_clusterings(
+        bt_win, bt_win, texts, config, seed, run_parts=pipeline._text_from_run(views, run_parts)
+    )
+    built = build_base_clusterings(bt_win, bt_win, texts, config=config, random_state=seed)
+    assert asked == ["win_rate", "ecpm_cost"]  # the text view is not built again
+    assert (built.columns["view"] == "text").sum() == 3
+    np.testing.assert_array_equal(reused.labels, built.labels)
+    timings = ["seconds", "ks_seconds"]
+    pd.testing.assert_frame_equal(
+        reused.columns.drop(columns=timings), built.columns.drop(columns=timings)
+    )
