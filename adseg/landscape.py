@@ -327,7 +327,9 @@ def ks_pairs_within(
     m = data.sizes.astype(np.float64)
     settle = -np.inf if settle_below is None else float(settle_below)
     exact, settled, bounds = [], [], []
-    step = max(1, (1 << 21) // max(grid.shape[1], 1))
+    # chunks of 2^18 grid values (2 MB a table): the bounds' passes then run in cache, 2.5×
+    # faster than on 16 MB chunks (docs/algorithms/ks.md)
+    step = max(1, (1 << 18) // max(grid.shape[1], 1))
     for p0 in range(0, i.size, step):  # loop over chunks of pairs
         a, b = i[p0 : p0 + step], j[p0 : p0 + step]
         low, high = _grid_bounds(grid[a], grid[b])
