@@ -729,3 +729,32 @@ def test_the_fitted_estimator_holds_the_distinct_rows_not_n_by_k():
     _, first, inverse = np.unique(labels, axis=0, return_index=True, return_inverse=True)
     graph = f.graph_  # rows with the same labels share one learned row
     np.testing.assert_array_equal(graph, graph[first][inverse.ravel()])
+
+
+@pytest.mark.parametrize("weights_are_one", [True, False])
+def test_row_blocks_give_the_whole_steps_results(monkeypatch, weights_are_one):
+    """The W- and S-steps solve each row on its own: in blocks of 256 rows (ROW_BLOCK_VALUES
+    lowered) they give the one-block results to rounding, the same sweep counts included."""
+    import adseg.consensus.sccbg as module
+
+    rng = np.random.default_rng(8)
+    labels = np.column_stack([rng.integers(0, k, 900) for k in (4, 6, 5, 7)])
+    Y, _, C_off, blocks, _ = setup(labels)
+    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
+    W = np.ones_like(Y) if weights_are_one else rng.uniform(0.2, 1, size=Y.shape)
+    H = rng.uniform(0, 0.5, size=Y.shape)
+    results = []
+    for values in (10**9, 1):  # one block; then 256-row blocks
+        monkeypatch.setattr(module, "ROW_BLOCK_VALUES", values)
+        assert len(module._row_blocks(S.shape)) == (1 if values > 1 else 4)
+        Wn, w_sweeps = w_step(S, W.copy(), Y, C_off, blocks, 0.5, 2e-3, tol=1e-10)
+        Sn, s_sweeps = s_step(
+            S.copy(), W, Y, C_off, blocks, 2e-3, 0.7, H, weights_are_one=weights_are_one,
+            tol=1e-9, max_sweeps=300, omega=1.3, coarse_tol=1e-4,
+        )  # fmt: skip
+        results.append((Wn, w_sweeps, Sn, s_sweeps))
+    (W1, w1, S1, s1), (W2, w2, S2, s2) = results
+    assert (w1, s1) == (w2, s2)
+    # the GEMMs on fewer rows may round otherwise (a few 1e-12 seen): far below the sweeps' tol
+    np.testing.assert_allclose(W2, W1, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(S2, S1, rtol=0, atol=1e-10)

@@ -166,6 +166,18 @@ def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
     return float(fit + gamma * phi(S, W, C, mult) + rho * (mult @ (S * H).sum(1)))
 
 
+ROW_BLOCK_VALUES = 1 << 21
+"""Values per row block of the dense S-sweeps (16 MB a float64 array): each block's working
+arrays (its float32 copies, the moving rows' copies) are this size, not u × k."""
+
+
+def _row_blocks(shape: tuple[int, int]) -> list[slice]:
+    """Slices of consecutive rows, about ``ROW_BLOCK_VALUES`` values each (at least 256 rows)."""
+    u, k = shape
+    step = max(256, ROW_BLOCK_VALUES // max(k, 1))
+    return [slice(r, min(r + step, u)) for r in range(0, u, step)]
+
+
 def w_step(
     S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100
 ) -> tuple[np.ndarray, int]:
@@ -184,8 +196,20 @@ def w_step(
     Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
     rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about seven
     u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
-    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md).
+    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md). The rows go in blocks of about
+    ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k.
     """
+    sweeps = 0
+    for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
+        _, done = _w_step_rows(
+            S[rows], W[rows], Y[rows], C_off, blocks, lam, gamma, tol, max_sweeps
+        )  # W[rows] is a view: updated in place
+        sweeps = max(sweeps, done)
+    return W, sweeps
+
+
+def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[np.ndarray, int]:
+    """:func:`w_step` on the rows given (W updated in place)."""
     u, k = S.shape
     blocks = _block_slices(blocks)
     A2 = (S - Y) ** 2
@@ -297,19 +321,28 @@ def s_step(
         if finished:
             return S, sweeps
         max_sweeps -= sweeps
-    if coarse_tol is not None and coarse_tol > tol:
-        f32 = np.float32
-        S32 = S.astype(f32)
-        W32 = None if weights_are_one else W.astype(f32)  # W is not read when W ≡ 1
-        _, coarse = _s_sweeps(
-            S32, W32, Y.astype(f32), C_off.astype(f32), blocks, gamma, rho,
-            H.astype(f32), weights_are_one, coarse_tol, max_sweeps, omega,
-        )  # fmt: skip
-        sweeps += coarse
-        S[...] = S32
-    _, fine = _s_sweeps(
-        S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_sweeps, omega
-    )
+    coarse = coarse_tol is not None and coarse_tol > tol
+    C32 = C_off.astype(np.float32) if coarse else None
+    most = [0, 0]  # the most coarse and fine sweeps a row took
+    for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
+        Sb, Yb, Hb = S[rows], Y[rows], H[rows]  # views: Sb is updated in place
+        Wb = None if weights_are_one else W[rows]  # W is not read when W ≡ 1
+        if coarse:
+            f32 = np.float32
+            S32 = Sb.astype(f32)
+            W32 = None if Wb is None else Wb.astype(f32)
+            _, done = _s_sweeps(
+                S32, W32, Yb.astype(f32), C32, blocks, gamma, rho, Hb.astype(f32),
+                weights_are_one, coarse_tol, max_sweeps, omega,
+            )  # fmt: skip
+            most[0] = max(most[0], done)
+            Sb[...] = S32
+        _, done = _s_sweeps(
+            Sb, Wb, Yb, C_off, blocks, gamma, rho, Hb, weights_are_one, tol, max_sweeps, omega
+        )
+        most[1] = max(most[1], done)
+    sweeps += most[0]
+    fine = most[1]
     return S, sweeps + fine
 
 
