@@ -904,3 +904,21 @@ def test_the_cdf_grid_ignores_advertisers_logging_prices_in_the_wrong_unit():
     assert clean[-1] < 20 and clean.size == 101 and clean[0] == 0.0
     for empty in ([np.array([]), np.array([])], [np.zeros(3)]):
         assert cdf_grid(SampleSet(empty))[-1] == 1.0
+
+
+def test_a_landscape_without_own_cdfs_is_for_kappa_infinity_alone():
+    """with_own=False (the κ selector's folds) makes no own c.d.f.s: the segment estimate is the
+    same, and a finite κ, which would read them, is refused."""
+    samples = SampleSet([np.array([1.0, 3.0]), np.array([2.0]), np.array([5.0, 6.0])])
+    seg = np.array([0, 0, 1])
+    full = Landscape.build(samples, seg, math.inf)
+    bare = Landscape.build(samples, seg, math.inf, with_own=False)
+    assert bare.own is None
+    x = np.array([0.5, 2.0, 5.5])
+    np.testing.assert_array_equal(bare.cdf([0, 1, 2], x), full.cdf([0, 1, 2], x))
+    assert bare.with_kappa(math.inf).own is None
+    with pytest.raises(ValueError, match="with_own=False"):
+        Landscape.build(samples, seg, 3.0, with_own=False)
+    with pytest.raises(ValueError, match="without own"):
+        bare.with_kappa(3.0)
+    assert samples.owner.dtype == samples.rank.dtype == samples.by_value.dtype == np.int32

@@ -32,7 +32,7 @@ class Landscape:
     samples. ``kappa = inf`` (w = 0) is the paper's pure-segment method.
     """
 
-    own: GroupedECDF  # groups = advertisers
+    own: GroupedECDF | None  # groups = advertisers; None: built for κ = ∞ alone (build)
     segment: GroupedECDF  # groups = compact segment labels
     pooled: GroupedECDF  # one group: all samples
     base_group: np.ndarray  # (n,) segment group of each advertiser, -1 → global
@@ -48,13 +48,18 @@ class Landscape:
         *,
         own: GroupedECDF | None = None,
         pooled: GroupedECDF | None = None,
+        with_own: bool = True,
     ) -> Landscape:
         """``segments``: (n,) int labels (arbitrary non-negative values; -1 = none). ``own`` and
         ``pooled`` may be passed to reuse them across segmentations. All -1 (zero segments) is
-        allowed: every advertiser then gets the global pooled c.d.f."""
+        allowed: every advertiser then gets the global pooled c.d.f. ``with_own=False`` (κ = ∞
+        only) makes no own c.d.f.s: the segment estimate reads none, and they cost 8 bytes per
+        sample; :meth:`with_kappa` then refuses a finite κ."""
         codes, n_seg = _compact_labels(segments, samples.n_owners)
         seg = samples.pool(codes, n_seg)
-        if own is None:
+        if not with_own and not math.isinf(kappa):
+            raise ValueError(f"with_own=False is for kappa = inf alone; got kappa={kappa}.")
+        if own is None and with_own:
             own = samples.pool(np.arange(samples.n_owners), samples.n_owners)
         if pooled is None:
             pooled = samples.pool(np.zeros(samples.n_owners, dtype=np.int64), 1)
@@ -66,6 +71,10 @@ class Landscape:
 
     def with_kappa(self, kappa: float) -> Landscape:
         """The same c.d.f.s with another κ (no re-pooling)."""
+        if self.own is None and not math.isinf(kappa):
+            raise ValueError(f"built without own c.d.f.s (with_own=False): kappa={kappa}.")
+        if self.own is None:
+            return replace(self, kappa=float(kappa))
         counts = self.own.counts.astype(np.float64)
         return replace(self, weight=shrinkage_weights(counts, kappa), kappa=float(kappa))
 

@@ -33,10 +33,13 @@ class SampleSet:
     Attributes
     ----------
     values : (N,) float64, all samples in advertiser order.
-    owner : (N,) int64, index of the advertiser each sample belongs to.
+    owner : (N,) int32 (int64 from 2³¹ advertisers), the advertiser each sample belongs to.
     counts : (n,) int64, samples per advertiser.
     support : (M,) float64, the sorted distinct sample values.
-    rank : (N,) int64, position of each sample's value in ``support``.
+    rank : (N,) int32 (int64 from 2³¹ samples), position of each sample's value in ``support``.
+    by_value : (N,) int32 (int64 as rank), the samples' order by value (stable).
+
+    Memory: 20 bytes per sample (28 from 2³¹ samples), plus ``support``.
     """
 
     def __init__(self, samples: Sequence[ArrayLike], *, name: str = "samples"):
@@ -52,15 +55,16 @@ class SampleSet:
             arrays.append(a)
         self.counts = np.array([a.size for a in arrays], dtype=np.int64)
         self.values = np.concatenate(arrays) if arrays else np.empty(0)
-        self.owner = np.repeat(np.arange(len(arrays), dtype=np.int64), self.counts)
+        self.owner = np.repeat(np.arange(len(arrays), dtype=_index(len(arrays))), self.counts)
         # one sort gives both the distinct values (ranks) and the value order used by pool()
-        self.by_value = np.argsort(self.values, kind="stable")
+        index = _index(self.values.size)
+        self.by_value = np.argsort(self.values, kind="stable").astype(index)
         ordered = self.values[self.by_value]
         new = np.empty(ordered.size, dtype=bool)
         new[:1] = True
         np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
         self.support = ordered[new]
-        self.rank = np.empty(ordered.size, dtype=np.int64)
+        self.rank = np.empty(ordered.size, dtype=index)
         self.rank[self.by_value] = np.cumsum(new) - 1
 
     @property
@@ -76,7 +80,7 @@ class SampleSet:
         out.support = self.support
         out.counts = np.bincount(out.owner, minlength=self.n_owners).astype(np.int64)
         new_index = np.cumsum(mask) - 1
-        out.by_value = new_index[self.by_value[mask[self.by_value]]]
+        out.by_value = new_index[self.by_value[mask[self.by_value]]].astype(self.by_value.dtype)
         return out
 
     def pool(self, groups: ArrayLike, n_groups: int | None = None) -> GroupedECDF:
@@ -222,6 +226,11 @@ class GroupedECDF:
         """(G, len(grid)) matrix of F_g(grid); NaN rows for empty groups."""
         grid = np.asarray(grid, dtype=np.float64).ravel()
         return self.cdf(np.arange(self.n_groups)[:, None], grid[None, :])
+
+
+def _index(size: int) -> type:
+    """The integer dtype for indices into ``size`` items: int32 below 2³¹, else int64."""
+    return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
 def _group_prefix_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -86,11 +86,10 @@ class KappaSelector:
                 continue
             a, x = adv[use].ravel(), pts[use].ravel()
             shape = (int(use.sum()), pts.shape[1])
-            own = fit.pool(np.arange(n), n)
+            own = fit.pool(np.arange(n), n)  # for own_cdf alone: select() needs none
             self.folds_.append(
                 dict(
                     fit=fit,
-                    own=own,
                     pooled=fit.pool(np.zeros(n, dtype=np.int64), 1),
                     adv=a,
                     x=x,
@@ -110,7 +109,7 @@ class KappaSelector:
             return math.inf, pd.DataFrame({"kappa": [], "loss": []})
         losses = np.zeros(self.grid_.size)
         for f in self.folds_:
-            lsc = Landscape.build(f["fit"], segments, math.inf, own=f["own"], pooled=f["pooled"])
+            lsc = Landscape.build(f["fit"], segments, math.inf, pooled=f["pooled"], with_own=False)
             base = lsc.cdf(f["adv"], f["x"]).reshape(f["shape"])
             for j, kappa in enumerate(self.grid_):  # loop over the κ grid only
                 w = shrinkage_weights(f["n_fit"], kappa)
