@@ -735,7 +735,7 @@ def test_the_fitted_estimator_holds_the_distinct_rows_not_n_by_k():
 def test_row_blocks_give_the_whole_steps_results(monkeypatch, weights_are_one):
     """The W- and S-steps solve each row on its own: in blocks of 256 rows (ROW_BLOCK_VALUES
     lowered) they give the one-block results to rounding, the same sweep counts included."""
-    import adseg.consensus.sccbg as module
+    import adseg.consensus._sccbg_sweeps as module
 
     rng = np.random.default_rng(8)
     labels = np.column_stack([rng.integers(0, k, 900) for k in (4, 6, 5, 7)])

@@ -37,10 +37,10 @@ from adseg.consensus._base import (
     relabel,
 )
 from adseg.consensus._sccbg_sweeps import (
-    _DEN_EPS,
-    _block_slices,
+    _row_blocks,
     _s_sweeps,
     _s_sweeps_sparse,
+    w_step,
 )
 
 DEFAULT_GAMMA_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -164,112 +164,6 @@ def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
     mult = np.ones(S.shape[0]) if mult is None else mult
     fit = mult @ ((W * (S - Y)) ** 2).sum(1) - lam * (mult @ W.sum(1))
     return float(fit + gamma * phi(S, W, C, mult) + rho * (mult @ (S * H).sum(1)))
-
-
-ROW_BLOCK_VALUES = 1 << 21
-"""Values per row block of the dense S-sweeps (16 MB a float64 array): each block's working
-arrays (its float32 copies, the moving rows' copies) are this size, not u × k."""
-
-
-def _row_blocks(shape: tuple[int, int]) -> list[slice]:
-    """Slices of consecutive rows, about ``ROW_BLOCK_VALUES`` values each (at least 256 rows)."""
-    u, k = shape
-    step = max(256, ROW_BLOCK_VALUES // max(k, 1))
-    return [slice(r, min(r + step, u)) for r in range(0, u, step)]
-
-
-def w_step(
-    S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100
-) -> tuple[np.ndarray, int]:
-    """Paper Eq. 9 (spec §3.1): exact block coordinate descent on the non-convex box QPs of all rows
-    at once, warm-started from W (modified in place and returned with the sweep count).
-
-    ``C_off`` is C with a zero diagonal; ``blocks`` lists the column index arrays of the base
-    clusterings. Each coordinate is set to its exact 1-D minimiser, so the objective never
-    increases and the fixed point satisfies W = clip((λ − 2γ g)/(2A²), 0, 1).
-
-    Rows are independent problems, so each row stops on its own (its largest change in a sweep
-    below ``tol``) and later sweeps only touch the rows still moving. Rows that provably end at
-    W_i ≡ 1 are set directly: g is increasing in W, so g(W) ≤ g(1), and where
-    2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
-
-    Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
-    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about seven
-    u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
-    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md). The rows go in blocks of about
-    ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k.
-    """
-    sweeps = 0
-    for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
-        _, done = _w_step_rows(
-            S[rows], W[rows], Y[rows], C_off, blocks, lam, gamma, tol, max_sweeps
-        )  # W[rows] is a view: updated in place
-        sweeps = max(sweeps, done)
-    return W, sweeps
-
-
-def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[np.ndarray, int]:
-    """:func:`w_step` on the rows given (W updated in place)."""
-    u, k = S.shape
-    blocks = _block_slices(blocks)
-    A2 = (S - Y) ** 2
-    S2 = S * S
-    g1 = np.maximum(S2 * C_off.sum(axis=0) - 2.0 * S * (S @ C_off) + S2 @ C_off, 0.0)
-    sure = np.all(2.0 * A2 + 2.0 * gamma * g1 < lam, axis=1)
-    del g1
-    W[sure] = 1.0
-    active = np.nonzero(~sure)[0]
-    if active.size == 0:
-        return W, 1
-    if active.size == u:  # every row moves: views (W updated in place), no copies
-        Sa, S2a, A2a, Wa = S, S2, A2, W
-    else:  # the moving rows' copies; the full A2 and S2 go
-        Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
-    del A2, S2
-    # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W on the active rows; one stacked GEMM per block.
-    T = np.empty((3, active.size, k))
-    T[0] = Wa
-    np.multiply(Sa, Wa, out=T[1])
-    np.multiply(S2a, Wa, out=T[2])
-    sweeps = 0
-    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
-        ua = active.size
-        row_delta = np.zeros(ua)
-        flat = T.reshape(3 * ua, k)
-        for J in blocks:  # loop over base clusterings
-            P = (flat @ C_off[:, J]).reshape(3, ua, -1)
-            Sj = Sa[:, J]
-            g = np.maximum(S2a[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
-            num = lam - 2.0 * gamma * g
-            den = 2.0 * A2a[:, J]
-            old = Wa[:, J]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                new = np.where(
-                    den > _DEN_EPS,
-                    np.clip(num / den, 0.0, 1.0),
-                    np.where(num > 0, 1.0, np.where(num < 0, 0.0, old)),
-                )
-            np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
-            Wa[:, J] = new
-            T[0][:, J] = new
-            T[1][:, J] = Sj * new
-            T[2][:, J] = S2a[:, J] * new
-        done = row_delta < tol
-        if done.any():
-            W[active[done]] = Wa[done]
-            keep = ~done
-            active = active[keep]
-            if active.size == 0:
-                break
-            # one at a time, so that each old copy is freed before the next is made
-            Sa = Sa[keep]
-            S2a = S2a[keep]
-            A2a = A2a[keep]
-            Wa = Wa[keep]
-            T = T[:, keep]
-    if active.size and Wa is not W:
-        W[active] = Wa
-    return W, sweeps
 
 
 def s_step(
