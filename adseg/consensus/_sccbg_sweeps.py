@@ -180,8 +180,8 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
 # ----------------------------------------------------------------------------------------------
 
 
-ROW_BLOCK_VALUES = 1 << 21
-"""Values per row block of the dense S-sweeps (16 MB a float64 array): each block's working
+ROW_BLOCK_VALUES = 1 << 20
+"""Values per row block of the dense S-sweeps (8 MB a float64 array): each block's working
 arrays (its float32 copies, the moving rows' copies) are this size, not u × k."""
 
 
