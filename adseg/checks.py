@@ -1,11 +1,17 @@
 """Input checks shared across modules: integer and real arguments (fusers, views, forecast,
-ensembles) and the header of a table file (ingest, the truth file)."""
+ensembles) and the header of a table file (ingest, the truth file); and the integer type of
+indices into a given number of items."""
 
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
+
+
+def index_dtype(size: int) -> type:
+    """The integer dtype for indices into ``size`` items: int32 below 2³¹, else int64."""
+    return np.int32 if size < 2**31 else np.int64
 
 
 def check_integer(name: str, value, low: int = 1) -> int:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
+from adseg.checks import index_dtype
+
 __all__ = [
     "ecdf",
     "ecdf_values",
@@ -237,7 +239,7 @@ def ks_distance_pairs(
     if not isinstance(max_distance, (int, float, np.integer, np.floating)):
         raise TypeError(f"max_distance must be a number; got {max_distance!r}.")
     n = data.sizes.size
-    index = np.int32 if n < 2**31 else np.int64
+    index = index_dtype(n)
     b = max(1, int(block_mb * 2**20 // (8 * max(n, 1))))
     found_i, found_j, found_d = [], [], []
     for i0 in range(0, n, b):  # loop over row blocks

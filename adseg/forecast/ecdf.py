@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from adseg.checks import index_dtype
 from adseg.forecast.frames import _as_ids
 
 MISSING = -1
@@ -55,9 +56,9 @@ class SampleSet:
             arrays.append(a)
         self.counts = np.array([a.size for a in arrays], dtype=np.int64)
         self.values = np.concatenate(arrays) if arrays else np.empty(0)
-        self.owner = np.repeat(np.arange(len(arrays), dtype=_index(len(arrays))), self.counts)
+        self.owner = np.repeat(np.arange(len(arrays), dtype=index_dtype(len(arrays))), self.counts)
         # one sort gives both the distinct values (ranks) and the value order used by pool()
-        index = _index(self.values.size)
+        index = index_dtype(self.values.size)
         self.by_value = np.argsort(self.values, kind="stable").astype(index)
         ordered = self.values[self.by_value]
         new = np.empty(ordered.size, dtype=bool)
@@ -226,11 +227,6 @@ class GroupedECDF:
         """(G, len(grid)) matrix of F_g(grid); NaN rows for empty groups."""
         grid = np.asarray(grid, dtype=np.float64).ravel()
         return self.cdf(np.arange(self.n_groups)[:, None], grid[None, :])
-
-
-def _index(size: int) -> type:
-    """The integer dtype for indices into ``size`` items: int32 below 2³¹, else int64."""
-    return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
 def _group_prefix_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

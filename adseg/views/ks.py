@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from adseg.checks import check_integer
+from adseg.checks import check_integer, index_dtype
 from adseg.landscape import (
     ks_critical_value,
     ks_distance_matrix,
@@ -174,8 +174,7 @@ def ks_sampled_pairs(
             min_degree,
             min(draws * refill_factor, n - 1),
         )
-    index = np.int32 if n < 2**31 else np.int64
-    return i.astype(index), j.astype(index), dist
+    return i.astype(index_dtype(n)), j.astype(index_dtype(n)), dist
 
 
 def _draw_pairs(rows: np.ndarray, draws: int, n: int, rng) -> np.ndarray:
