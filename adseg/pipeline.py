@@ -266,6 +266,17 @@ def engine_parts(config: NightlyConfig, n_advertisers: int):
     return part_runner(config.scheduler, config.n_jobs)
 
 
+def engine_blocks(config: NightlyConfig, n_advertisers: int, prefetched: bool = False):
+    """The ``block_parts`` of the views (a KS view's blocks and cuts) when the views run on the
+    engine (:func:`engine_parts`): ``adseg.app.execution.NestedParts``, else None. Those of
+    ``prefetched`` views go after the stage's own tasks, before other prefetched ones."""
+    if engine_parts(config, n_advertisers) is None:
+        return None
+    from adseg.app.execution import NESTED_PRIORITY, PREFETCH_PRIORITY, NestedParts
+
+    return NestedParts(PREFETCH_PRIORITY // 2 if prefetched else NESTED_PRIORITY)
+
+
 def embedded_engine(config: NightlyConfig, n_advertisers: int) -> bool:
     """Whether a run of ``n_advertisers`` runs its parts on an embedded cluster (no
     scheduler, ``n_jobs`` > 1, from :data:`ENGINE_MIN_N` advertisers)."""
@@ -284,6 +295,7 @@ def build_views(data: PulledData, config: NightlyConfig):
         config=view_config,
         random_state=config.seed,
         run_parts=engine_parts(config, len(data.advertiser_ids)),
+        block_parts=engine_blocks(config, len(data.advertiser_ids)),
     )
     if views.columns.empty:
         raise ValueError(
@@ -516,8 +528,9 @@ def prefetch_model_parts(data: PulledData, config: NightlyConfig) -> Prefetched:
 
     bt = data.backtest
     fits = candidate_parts(bt, n, config.n_segments, config.seed)
+    blocks = engine_blocks(config, n, prefetched=True)
     parts = view_parts(
-        bt.win_samples, bt.cost_samples, bt.descriptions, views_config(config), config.seed
+        bt.win_samples, bt.cost_samples, bt.descriptions, views_config(config), config.seed, blocks
     )
     if _same_texts(data):  # the run's text view is the backtest's (_text_from_run)
         parts = [part for part in parts if part[0] != "text"]
@@ -726,6 +739,7 @@ def _backtest_sources(
         config=views_config(config),
         random_state=config.seed,
         run_parts=views_runner or engine_parts(config, len(backtest.advertiser_ids)),
+        block_parts=engine_blocks(config, len(backtest.advertiser_ids)),
     )
     bt_labels, bt_columns = _with_model_column(bt.labels, bt.columns, choices.fit_labels, choices.k)
     per_column = backtest.score(

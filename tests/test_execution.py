@@ -433,3 +433,32 @@ def test_the_nightly_on_the_embedded_engine_equals_the_in_process_nightly(
         store.read_forecast_results(engine, local_run)["mape"],
         store.read_forecast_results(engine, engine_run)["mape"],
     )
+
+
+def test_a_ks_views_blocks_and_cuts_run_as_tasks_of_the_engine(scheduler, caplog):
+    """A sampled KS view run as a part of the engine starts its KS blocks and its cuts as tasks
+    of the same engine (execution.NestedParts: the view's task waits outside its worker's
+    slot); its labels and columns equal the view computed here, and the blocks' log line is
+    replayed here."""
+    import logging
+
+    from adseg.app.execution import NestedParts, part_runner
+    from adseg.views import ViewConfig, ks_view
+    from adseg.views.ks import SAMPLED_MIN_N
+
+    rng = np.random.default_rng(4)
+    n = SAMPLED_MIN_N  # the sampled design: in the workers too (their module is not patched)
+    samples = [rng.lognormal(0.4 * (k % 5), 0.3, 15) for k in range(n)]
+    config = ViewConfig(ks_partners=30, ks_block_values=20_000, n_init=1, k_range=(1, 10))
+    here = ks_view(samples, "win_rate", config, 6)
+    parts = [("win_rate", ks_view, (samples, "win_rate", config, 6, NestedParts()))]
+    with caplog.at_level(logging.DEBUG, logger="adseg"):
+        (there,) = part_runner(scheduler, 2)(parts)
+    np.testing.assert_array_equal(here.labels, there.labels)
+    timeless = [c for c in here.columns if "seconds" not in c]
+    pd.testing.assert_frame_equal(here.columns[timeless], there.columns[timeless])
+    said = [r.getMessage() for r in caplog.records if r.name == "adseg.views"]
+    assert any(m.startswith("KS blocks:") and "in 36 blocks of 8 row ranges" in m for m in said)
+    nested = [r.getMessage() for r in caplog.records if r.name == "adseg.engine"]
+    assert "36 nested parts ran on 2 worker(s)" in nested  # the blocks, on both workers
+    assert "3 nested parts ran on" in " ".join(nested)  # the cuts, one per α

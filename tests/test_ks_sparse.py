@@ -328,3 +328,64 @@ def test_drawn_pair_keys_are_the_sorted_distinct_keys_of_the_draws():
         b += b >= a
         np.testing.assert_array_equal(key, np.unique(np.minimum(a, b) * n + np.maximum(a, b)))
         assert np.all(key // n < key % n)
+
+
+@pytest.mark.parametrize("block_values", [None, 40, 400, 4000, 10**9])
+def test_ks_blocks_keep_the_pairs_of_one_comparison(block_values):
+    """compare_in_blocks: the drawn pairs compared block by block (each on its two row ranges'
+    samples alone) keep exactly the pairs one ks_pairs_within call on all samples keeps, on the
+    same side of every limit ≥ settle_below; exact distances are the same bits."""
+    from adseg.landscape import ks_critical_value, ks_pairs_within
+    from adseg.views.ks import _draw_pairs
+    from adseg.views.ks_blocks import compare_in_blocks, row_ranges
+
+    rng = np.random.default_rng(5)
+    n = 400
+    samples = [rng.lognormal(0.3 * (k % 4), 0.5, rng.integers(0, 30)) for k in range(n)]
+    samples[7] = np.full(12, 2.0)  # ties
+    key = _draw_pairs(np.arange(n, dtype=np.int64), 40, n, np.random.RandomState(1))
+    limits = [ks_critical_value(a) for a in (0.01, 0.05, 0.1)]
+    ref = ks_pairs_within(samples, key // n, key % n, max(limits), settle_below=min(limits))
+    i, j, dist = compare_in_blocks(
+        samples, key, max(limits), min(limits), block_values=block_values
+    )
+    np.testing.assert_array_equal(i, ref[0])
+    np.testing.assert_array_equal(j, ref[1])
+    for limit in limits:
+        np.testing.assert_array_equal(dist <= limit, ref[2] <= limit)
+    exact = (dist > min(limits)) & (ref[2] > min(limits))
+    np.testing.assert_array_equal(dist[exact], ref[2][exact])
+    sizes = np.array([s.size for s in samples])
+    starts = row_ranges(sizes, block_values)
+    assert starts[0] == 0 and starts[-1] == n and (np.diff(starts) >= 1).all()
+    if block_values is not None and sizes.sum() > block_values:
+        assert starts.size > 3  # several ranges: the blocks were exercised
+        half = np.add.reduceat(sizes, starts[:-1])
+        assert (half <= block_values / 2 + sizes.max()).all()
+
+
+def test_ks_view_in_blocks_has_the_labels_of_one_block(monkeypatch):
+    """A sampled KS view with its pairs in many blocks (``ks_block_values``) and its cuts as
+    parts of a runner has the labels and columns of the view compared in one block here."""
+    import adseg.views.ks as ks_module
+    from adseg.views import ks_view
+
+    monkeypatch.setattr(ks_module, "SAMPLED_MIN_N", 2)
+    rng = np.random.default_rng(3)
+    samples = [rng.lognormal(0.4 * (k % 5), 0.3, 20) for k in range(300)]
+    one = ks_view(samples, "win_rate", ViewConfig(ks_partners=60, ks_block_values=None), 4)
+    ran = []
+
+    def run_parts(parts):
+        ran.extend(name for name, *_ in parts)
+        return [function(*args) for _, function, args in parts]
+
+    config = ViewConfig(ks_partners=60, ks_block_values=500)
+    blocked = ks_view(samples, "win_rate", config, 4, run_parts=run_parts)
+    np.testing.assert_array_equal(one.labels, blocked.labels)
+    timeless = [c for c in one.columns if "seconds" not in c]
+    pd.testing.assert_frame_equal(one.columns[timeless], blocked.columns[timeless])
+    assert sum(name.startswith("KS block") for name in ran) > 3
+    assert [name for name in ran if "alpha" in name] == [
+        f"win_rate alpha={a:g}" for a in config.alphas
+    ]

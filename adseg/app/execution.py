@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -343,6 +344,77 @@ class PartRunner:
             return _collected(parts, finished())
 
         return collect
+
+
+NESTED_PRIORITY = 1000
+"""Engine priority of the parts a running task starts (:class:`NestedParts`): they go first,
+so that the task that waits on them, and the memory it holds, ends soon."""
+
+SCATTER_MIN_BYTES = 1 << 20
+"""Arguments of nested parts from this size on are scattered to the workers (sent straight
+from the worker that starts them) rather than sent with the task through the scheduler."""
+
+
+class NestedParts:
+    """A ``run_parts`` for the parts that a task of the engine starts (a KS view's blocks and
+    cuts, ``adseg.views.ks.ks_view``): run as tasks of the same engine at ``priority``, while
+    the starting task waits outside its worker's thread slot, so every worker can take them.
+    Outside a worker (the in-process path), here in order. Their log records and warnings are
+    replayed in the starting task. Large array arguments travel worker to worker, not through
+    the scheduler.
+
+    The starting task secedes from its worker's slot on its first call and does not rejoin:
+    rejoining waits for a free slot, behind whatever long task took it meanwhile; what it does
+    after its parts (assembling their results) runs beside the worker's next task."""
+
+    def __init__(self, priority: int = NESTED_PRIORITY):
+        self.priority = priority
+
+    def __call__(self, parts) -> list:
+        try:
+            from distributed import get_client, get_worker, secede
+
+            get_worker()
+        except (ImportError, ValueError):  # not in a worker
+            return [function(*args) for _, function, args in parts]
+        client = get_client()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+            futures = [
+                client.submit(
+                    _trimmed,
+                    _captured,
+                    function,
+                    tuple(_scattered(client, a) for a in args),
+                    pure=False,
+                    priority=self.priority,
+                )
+                for _, function, args in parts
+            ]
+        if not getattr(_task_thread, "seceded", False):
+            secede()
+            _task_thread.seceded = True  # for this thread's life: it ends with the task
+        results = client.gather(futures)
+        held = {worker for where in client.who_has(futures).values() for worker in where}
+        del futures
+        logging.getLogger("adseg.engine").debug(
+            "%d nested parts ran on %d worker(s)", len(parts), len(held)
+        )
+        return _replayed(parts, {name: r for (name, *_), r in zip(parts, results, strict=True)})
+
+
+_task_thread = threading.local()
+
+
+def _scattered(client, value):
+    """A future of ``value`` held by a worker when it is a large array or sparse matrix, else
+    ``value`` itself."""
+    size = getattr(value, "nbytes", None)
+    if size is None and hasattr(value, "data") and hasattr(value, "nnz"):  # scipy.sparse
+        size = value.data.nbytes
+    if size is None or size < SCATTER_MIN_BYTES:
+        return value
+    return client.scatter(value, direct=True)
 
 
 def _part_tasks(parts) -> list:

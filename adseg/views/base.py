@@ -53,6 +53,9 @@ class ViewConfig:
         at random (``views.ks.ks_sampled_pairs``) instead of with all of them, so its cost and
         graph grow as n · ks_partners, not n²; None = compare all pairs at every size. Smaller
         views are exactly as with None. Evidence for the default: docs/algorithms/ks.md.
+    ks_block_values : a sampled KS view's pairs are compared in KS blocks of two row ranges
+        holding about this many sample values together (``views.ks_blocks``), each a task of
+        the execution engine; None = one block. The graphs are the same whatever it is.
     keep_distances : keep each KS view's distance matrix in the result (n_v × n_v each).
     blas_threads : BLAS/OpenMP threads while building the views (threadpoolctl); None = leave
         the process default. 1 by default: on the shared 2-core machine, multi-threaded BLAS
@@ -74,6 +77,7 @@ class ViewConfig:
     text_stop_words: str | None = "english"
     ks_memory_mb: float = 256.0
     ks_partners: int | None = 1000
+    ks_block_values: int | None = 1 << 22
     keep_distances: bool = False
     blas_threads: int | None = 1
 
@@ -109,6 +113,8 @@ class ViewConfig:
         check_real("ViewConfig.ks_memory_mb", self.ks_memory_mb)
         if self.ks_partners is not None:
             check_integer("ViewConfig.ks_partners", self.ks_partners, 1)
+        if self.ks_block_values is not None:
+            check_integer("ViewConfig.ks_block_values", self.ks_block_values, 2)
 
 
 def _sequence(name: str, value) -> tuple:

@@ -24,6 +24,7 @@ def build_base_clusterings(
     config: ViewConfig | None = None,
     random_state=None,
     run_parts=None,
+    block_parts=None,
 ) -> BaseClusterings:
     """All base clusterings the consensus step fuses (pipeline steps 3–4).
 
@@ -36,8 +37,10 @@ def build_base_clusterings(
         arguments)] that returns the functions' results in order (the nightly passes the
         execution engine's, ``adseg.app.execution.part_runner``: the views in parallel, the
         same results); None runs them here, one after the other.
+    block_parts : how a KS view's blocks and cuts are computed, from within its part (see
+        ``adseg.views.ks.ks_view``; the nightly's engine: ``execution.NestedParts``).
     """
-    tasks = view_parts(win_samples, cost_samples, descriptions, config, random_state)
+    tasks = view_parts(win_samples, cost_samples, descriptions, config, random_state, block_parts)
     if run_parts is None:
         parts = [function(*args) for _, function, args in tasks]
     else:
@@ -55,9 +58,11 @@ def view_parts(
     descriptions: Sequence[str | None],
     config: ViewConfig | None = None,
     random_state=None,
+    block_parts=None,
 ) -> list[tuple]:
     """The three views of :func:`build_base_clusterings` as (name, function, arguments), the
-    largest first: what its ``run_parts`` is given (a caller may start them early)."""
+    largest first: what its ``run_parts`` is given (a caller may start them early);
+    ``block_parts``: the KS views' ``run_parts`` (see :func:`build_base_clusterings`)."""
     config = config or ViewConfig()
     n = len(win_samples)
     if len(cost_samples) != n or len(descriptions) != n:
@@ -69,11 +74,15 @@ def view_parts(
     seeds = rng.randint(0, 2**31 - 1, size=3)
     threads = config.blas_threads
     return [
-        ("win_rate", _limited, (threads, ks_view, win_samples, "win_rate", config, int(seeds[0]))),
+        (
+            "win_rate",
+            _limited,
+            (threads, ks_view, win_samples, "win_rate", config, int(seeds[0]), block_parts),
+        ),
         (
             "ecpm_cost",
             _limited,
-            (threads, ks_view, cost_samples, "ecpm_cost", config, int(seeds[1])),
+            (threads, ks_view, cost_samples, "ecpm_cost", config, int(seeds[1]), block_parts),
         ),
         ("text", _limited, (threads, text_view, descriptions, config, int(seeds[2]))),
     ]

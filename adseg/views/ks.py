@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -23,10 +24,10 @@ from adseg.landscape import (
     ks_critical_value,
     ks_distance_matrix,
     ks_distance_pairs,
-    ks_pairs_within,
 )
 from adseg.views import ncut
 from adseg.views.base import BaseClusterings, ViewConfig, empty_columns
+from adseg.views.ks_blocks import compare_in_blocks, row_ranges
 from adseg.views.ncut import NormalizedCutClustering
 
 log = logging.getLogger("adseg.views")  # the job log's name for every view step
@@ -66,6 +67,8 @@ def ks_sparse_graphs(
     memory_mb: float = 256.0,
     partners: int | None = None,
     random_state=None,
+    block_values: int | None = None,
+    run_parts=None,
 ) -> Iterator[sp.csr_matrix]:
     """The KS graphs S_ij = 1[dist_ij ≤ C_α] of every α, as sparse matrices.
 
@@ -79,7 +82,8 @@ def ks_sparse_graphs(
     Cost: that of the dense distance matrix (with ``partners``: about partners / n of it).
     Memory: about 2.2 ``block_mb`` for a row block, 16
     bytes per pair under the largest C_α, held until the last graph is built, and per graph 12
-    bytes per nonzero (plus 16 while it is assembled).
+    bytes per nonzero (plus 16 while it is assembled). ``block_values`` and ``run_parts``: how
+    the drawn pairs are compared (``ks_sampled_pairs``).
     """
     samples = list(samples)
     limits = [ks_critical_value(a) for a in alphas]
@@ -95,6 +99,8 @@ def ks_sparse_graphs(
             min_degree=MIN_DEGREE,
             degree_limit=min(limits),
             random_state=random_state,
+            block_values=block_values,
+            run_parts=run_parts,
             **kw,
         )
     return _graphs_from_pairs(pairs, limits, len(samples))
@@ -112,6 +118,8 @@ def ks_sampled_pairs(
     random_state=None,
     block_mb: float = 64.0,
     memory_mb: float = 256.0,
+    block_values: int | None = None,
+    run_parts=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs with scaled KS distance ≤ ``max_distance`` among about ``partners`` random
     partners of each sample: a uniform random comparison design, not all n(n − 1)/2 pairs.
@@ -139,6 +147,10 @@ def ks_sampled_pairs(
     Cost: about (n + r · refill_factor) · partners / 2 pair comparisons, r the samples
     refilled: a 64-point screen each, then Σ (|U_i| + |U_j|) binary searches for the pairs it
     cannot rule out. Memory: 8 bytes per drawn pair plus 16 per kept pair.
+
+    Blocks: with ``block_values``, the drawn pairs are compared in KS blocks
+    (:func:`compare_in_blocks`), each a part for ``run_parts`` (the execution engine's; None:
+    here, in order). The pairs returned are the same.
     """
     samples = list(samples)
     n = len(samples)
@@ -151,9 +163,8 @@ def ks_sampled_pairs(
     rng = check_random_state(random_state)
     draws = max(1, partners // 2)
     key = _draw_pairs(np.arange(n, dtype=np.int64), draws, n, rng)
-    i, j, dist = ks_pairs_within(
-        samples, key // n, key % n, max_distance, settle_below=settle_below
-    )
+    compare = dict(block_values=block_values, run_parts=run_parts)
+    i, j, dist = compare_in_blocks(samples, key, max_distance, settle_below, **compare)
     limit = max_distance if degree_limit is None else float(degree_limit)
     linked = dist <= limit
     degree = np.bincount(i[linked], minlength=n) + np.bincount(j[linked], minlength=n)
@@ -162,9 +173,7 @@ def ks_sampled_pairs(
         more = _draw_pairs(rare, min(draws * refill_factor, n - 1), n, rng)
         more = more[~np.isin(more, key, assume_unique=True)]  # a pair is compared once
         del key
-        i2, j2, dist2 = ks_pairs_within(
-            samples, more // n, more % n, max_distance, settle_below=settle_below
-        )
+        i2, j2, dist2 = compare_in_blocks(samples, more, max_distance, settle_below, **compare)
         order = np.argsort(np.concatenate([i, i2]) * n + np.concatenate([j, j2]), kind="stable")
         i, j, dist = (np.concatenate(pair)[order] for pair in ((i, i2), (j, j2), (dist, dist2)))
         log.info(
@@ -215,11 +224,17 @@ def ks_view(
     view: str,
     config: ViewConfig | None = None,
     random_state=None,
+    run_parts=None,
 ) -> BaseClusterings:
     """One KS view: distances once, then a normalised-cut clustering per α in config.alphas.
 
     samples : n 1-D arrays (eCPM prices; any length, empty allowed). Advertisers with fewer than
         ``config.min_samples`` samples get -1 in every column of this view.
+    run_parts : on the sampled path, runs the view's KS blocks (``config.ks_block_values``)
+        and then, when there is more than one block, its cuts, one per α: given [(name,
+        function, arguments)], returns their results in order (the execution engine's); None:
+        here, one after the other (each graph built only when its cut starts). The labels are
+        the same either way.
     Returns BaseClusterings with labels (n, len(alphas)). If fewer than 2 advertisers qualify the
     view has no columns (a warning says so). Cost: see the module docstring.
     """
@@ -239,66 +254,108 @@ def ks_view(
         return BaseClusterings(np.empty((n, 0), dtype=np.int64), empty_columns())
     t0 = time.perf_counter()
     design_seed = int(rng.randint(0, 2**31 - 1))  # drawn after the columns' seeds: those stay
-    dist, graphs, kind = _distances_or_graphs([samples[i] for i in keep], config, design_seed)
+    kept = [samples[i] for i in keep]
+    dist, graphs, kind = _distances_or_graphs(kept, config, design_seed, run_parts)
     ks_seconds = time.perf_counter() - t0
     # the KS matrix takes minutes at 10,000 advertisers: a job log hears of it
     log.info("view %s: KS distances of %d advertisers: %.1f s", view, keep.size, ks_seconds)
+    if graphs is None:
+        graphs = (ks_graph(dist, alpha) for alpha in config.alphas)
+    cut = _cut_params(config, keep.size)
+    if not _in_blocks(sizes[keep], config, kind) or run_parts is None:
+        cuts = _cuts_here(graphs, cut, seeds)
+    else:  # a view large enough for KS blocks: its cuts are parts too
+        names = [f"{view} alpha={a:g}" for a in config.alphas]
+        args = [(g, cut, int(seed)) for g, seed in zip(graphs, seeds, strict=True)]
+        cuts = iter(run_parts([(m, _cut, a) for m, a in zip(names, args, strict=True)]))
+        del args
     labels = np.full((n, len(config.alphas)), -1, dtype=np.int64)
     rows = []
     for c, alpha in enumerate(config.alphas):  # loop over significance levels
-        t1 = time.perf_counter()
-        if graphs is None:
-            graph = ks_graph(dist, alpha)
-            n_edges = int((graph.sum() - keep.size) // 2)
-        else:  # the sparse path: each graph is dropped once cut
-            graph = next(graphs)
-            n_edges = int((graph.nnz - keep.size) // 2)
-        n_clusters = None if config.n_clusters is None else min(config.n_clusters, keep.size)
-        model = NormalizedCutClustering(
-            n_clusters=n_clusters,
-            k_range=config.k_range,
-            k_selection=config.k_selection,
-            assign_method=config.assign_method,
-            n_init=config.n_init,
-            random_state=int(seeds[c]),
-        ).fit(graph)
-        del graph
-        labels[keep, c] = model.labels_
-        log.info(
-            "view %s alpha=%g: %d clusters, %.1f s",
-            view,
-            alpha,
-            model.n_clusters_,
-            time.perf_counter() - t1,
-        )
-        rows.append(
-            {
-                "view": view,
-                "parameter": f"alpha={alpha:g}",
-                "n_clusters": model.n_clusters_,
-                "n_excluded": int(n - keep.size),
-                "seconds": time.perf_counter() - t1 + ks_seconds / len(config.alphas),
-                "alpha": alpha,
-                "k": np.nan,
-                "critical_value": ks_critical_value(alpha),
-                "n_edges": n_edges,
-                "n_components": model.n_components_,
-                "n_isolated": model.n_isolated_,
-                "ks_seconds": ks_seconds,
-                "graph": kind,
-            }
-        )
+        result = next(cuts)
+        labels[keep, c] = result.labels
+        log.info("view %s alpha=%g: %d clusters, %.1f s", view, alpha, result.n_clusters,
+                 result.seconds)  # fmt: skip
+        rows.append(_column_row(view, alpha, result, n - keep.size, ks_seconds, config, kind))
     distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
 
 
+def _in_blocks(sizes: np.ndarray, config: ViewConfig, kind: str) -> bool:
+    """Whether a view's pairs are compared in more than one KS block (``ks_blocks``)."""
+    return kind == "sampled" and row_ranges(sizes, config.ks_block_values).size > 2
+
+
+def _cuts_here(graphs: Iterator, params: dict, seeds) -> Iterator[_Cut]:
+    """Each graph's cut, in this process, each graph dropped before the next is built."""
+    for seed in seeds:  # loop over significance levels
+        graph = next(graphs)
+        yield _cut(graph, params, int(seed))
+        del graph
+
+
+class _Cut(NamedTuple):
+    """One α's normalised cut of a KS graph, as its task returns it."""
+
+    labels: np.ndarray
+    n_clusters: int
+    n_components: int
+    n_isolated: int
+    n_edges: int
+    seconds: float
+
+
+def _cut_params(config: ViewConfig, n: int) -> dict:
+    """NormalizedCutClustering's parameters of a view of n advertisers (but its seed)."""
+    return dict(
+        n_clusters=None if config.n_clusters is None else min(config.n_clusters, n),
+        k_range=config.k_range,
+        k_selection=config.k_selection,
+        assign_method=config.assign_method,
+        n_init=config.n_init,
+    )
+
+
+def _cut(graph, params: dict, seed: int) -> _Cut:
+    """The normalised cut of one KS graph (dense 0/1 array or CSR, unit diagonal): an engine
+    task of :func:`ks_view`. Cost: NormalizedCutClustering's."""
+    t0 = time.perf_counter()
+    n = graph.shape[0]
+    n_edges = int(((graph.nnz if sp.issparse(graph) else graph.sum()) - n) // 2)
+    model = NormalizedCutClustering(**params, random_state=seed).fit(graph)
+    seconds = time.perf_counter() - t0
+    return _Cut(
+        model.labels_, model.n_clusters_, model.n_components_, model.n_isolated_, n_edges, seconds
+    )
+
+
+def _column_row(view, alpha, result: _Cut, n_excluded, ks_seconds, config, kind) -> dict:
+    """The columns-frame row of one α of a KS view."""
+    return {
+        "view": view,
+        "parameter": f"alpha={alpha:g}",
+        "n_clusters": result.n_clusters,
+        "n_excluded": int(n_excluded),
+        "seconds": result.seconds + ks_seconds / len(config.alphas),
+        "alpha": alpha,
+        "k": np.nan,
+        "critical_value": ks_critical_value(alpha),
+        "n_edges": result.n_edges,
+        "n_components": result.n_components,
+        "n_isolated": result.n_isolated,
+        "ks_seconds": ks_seconds,
+        "graph": kind,
+    }
+
+
 def _distances_or_graphs(
-    samples: list, config: ViewConfig, design_seed: int
+    samples: list, config: ViewConfig, design_seed: int, run_parts=None
 ) -> tuple[np.ndarray | None, Iterator[sp.csr_matrix] | None, str]:
     """(distances, None, "dense") below ncut.SPARSE_MIN_N advertisers when every pair is
     compared: the dense (n, n) matrix, as ever; else (None, graphs, kind): the CSR graph of each
     α, one at a time, no n×n array — kind "sampled" on ``config.ks_partners`` random partners
-    (from SAMPLED_MIN_N advertisers and more than ks_partners + 1), else "sparse" (every pair).
+    (from SAMPLED_MIN_N advertisers and more than ks_partners + 1; its pairs compared in KS
+    blocks, run by ``run_parts``), else "sparse" (every pair).
     On the sparse paths ``keep_distances`` keeps nothing (a warning says so)."""
     n, partners = len(samples), config.ks_partners
     sampled = partners is not None and n >= SAMPLED_MIN_N and n > partners + 1
@@ -317,5 +374,7 @@ def _distances_or_graphs(
         memory_mb=config.ks_memory_mb,
         partners=partners if sampled else None,
         random_state=design_seed,
+        block_values=config.ks_block_values,
+        run_parts=run_parts,
     )
     return None, graphs, "sampled" if sampled else "sparse"
