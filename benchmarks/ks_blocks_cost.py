@@ -121,24 +121,42 @@ class WorkerMemory:
         self.thread.join()
 
 
-def on_cluster(samples, view, config, workers: int) -> dict:
-    """The view as one task of a LocalCluster of ``workers`` processes: seconds and memory."""
-    from distributed import Client, LocalCluster
+def on_cluster(samples, view, config, workers: int) -> tuple[dict, pd.DataFrame]:
+    """The view as one task of a LocalCluster of ``workers`` processes: seconds and memory,
+    and the engine's task stream (one row per task: its part, worker, start and end)."""
+    from distributed import Client, LocalCluster, get_task_stream
 
     kw = dict(threads_per_worker=1, processes=True, memory_limit=0, dashboard_address=None)
     with LocalCluster(n_workers=workers, **kw) as cluster, Client(cluster) as client:
-        with WorkerMemory() as memory:
+        with WorkerMemory() as memory, get_task_stream(client) as stream:
             t0 = time.perf_counter()
             future = client.submit(ks_view, samples, view, config, 0, NestedParts(), pure=False)
             result = future.result()
             seconds = time.perf_counter() - t0
-    return {
+            t_submit = time.time() - seconds
+    tasks = pd.DataFrame(
+        [
+            {
+                "workers": workers,
+                "part": str(t["key"]).rsplit("-", 1)[0],
+                "worker": t["worker"],
+                "start": min(s["start"] for s in t["startstops"] if s["action"] == "compute")
+                - t_submit,
+                "stop": max(s["stop"] for s in t["startstops"] if s["action"] == "compute")
+                - t_submit,
+            }
+            for t in stream.data
+            if any(s["action"] == "compute" for s in t["startstops"])
+        ]
+    )
+    run = {
         "workers": workers,
         "seconds": seconds,
         "worker_peak_mib": memory.peak_each,
         "workers_sum_mib": memory.peak_sum,
         "labels": result.labels,
     }
+    return run, tasks
 
 
 def main() -> None:
@@ -164,19 +182,41 @@ def main() -> None:
     parts = pd.DataFrame(records)
     own = total - parts["seconds"].sum()
     cores = os.cpu_count() or 1
-    runs = []
+    runs, streams = [], []
     for workers in args.workers:
-        run = on_cluster(samples, args.view, config, workers)
+        run, stream = on_cluster(samples, args.view, config, workers)
+        streams.append(stream)
         assert np.array_equal(run.pop("labels"), here.labels), "labels differ from here"
         slots = min(workers, cores)
         rounds = parts.groupby("call")["seconds"].apply(lambda s, k=slots: lpt(s, k))
         run |= {"slots": slots, "predicted_seconds": own + rounds.sum()}
         runs.append(run)
         print(run, flush=True)
-    write(args, samples, parts, total, own, pd.DataFrame(runs), here)
+    write(args, samples, parts, total, own, pd.DataFrame(runs), pd.concat(streams))
 
 
-def write(args, samples, parts, total, own, runs, view) -> None:
+def phases(stream: pd.DataFrame) -> pd.DataFrame:
+    """The task stream by phase: the view's task, each round of blocks (a refill's blocks start
+    after the first round's end), the cuts: tasks, workers used, first start, last end."""
+    stream = stream.sort_values("start").copy()
+    kind = np.where(stream["part"].str.startswith("KS block"), "blocks", "cuts")
+    kind = np.where(stream["part"].str.startswith("ks_view"), "view task", kind)
+    blocks = stream[kind == "blocks"]
+    stream["phase"] = kind
+    if len(blocks):
+        first_end = blocks.groupby("part")["stop"].min().max()  # every block named once a round
+        late = (kind == "blocks") & (stream["start"] > first_end)
+        stream.loc[late, "phase"] = "refill blocks"
+    return stream.groupby(["workers", "phase"], sort=False).agg(
+        tasks=("part", "size"),
+        workers_used=("worker", "nunique"),
+        first_start_s=("start", "min"),
+        last_end_s=("stop", "max"),
+        busy_s=("stop", lambda s: (s - stream.loc[s.index, "start"]).sum()),
+    )
+
+
+def write(args, samples, parts, total, own, runs, stream) -> None:
     """The markdown and the per-part csv."""
     n = len(samples)
     values = sum(np.asarray(s).size for s in samples)
@@ -229,6 +269,11 @@ def write(args, samples, parts, total, own, runs, view) -> None:
         "Labels identical to the view built here in every run. predicted_seconds = the view's"
         " own work + each round's parts list-scheduled (longest first) on `slots` = min(workers,"
         " cores) from the seconds measured here.",
+        "",
+        "The engine's task stream by phase (seconds from the view's submission; busy_s: the"
+        " tasks' compute seconds summed):",
+        "",
+        phases(stream).round(1).to_markdown(),
     ]
     write_results(args.output, "\n".join(lines) + "\n")
     parts.to_csv(args.output.with_suffix(".csv"), index=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import numpy as np
 import pandas as pd
@@ -462,3 +463,33 @@ def test_a_ks_views_blocks_and_cuts_run_as_tasks_of_the_engine(scheduler, caplog
     nested = [r.getMessage() for r in caplog.records if r.name == "adseg.engine"]
     assert "36 nested parts ran on 2 worker(s)" in nested  # the blocks, on both workers
     assert "3 nested parts ran on" in " ".join(nested)  # the cuts, one per α
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_engine_tasks_undo_the_page_faults_of_dasks_malloc_setting():
+    """dask's nannies spawn workers with MALLOC_TRIM_THRESHOLD_=65536, which pins glibc's mmap
+    threshold at 128 KiB: each 1 MiB numpy temporary is then mapped afresh and faults in 256
+    zeroed pages. execution.tune_malloc (run before every engine task) sets the thresholds
+    back, and the same temporaries reuse the heap."""
+    import subprocess
+
+    code = (
+        "import resource, numpy as np\n"
+        "from adseg.app.execution import tune_malloc\n"
+        "def faults():\n"
+        "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "    for _ in range(50):\n"
+        "        a = np.ones(1 << 17)\n"
+        "        del a\n"
+        "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before\n"
+        "untuned = faults()\n"
+        "tune_malloc()\n"
+        "faults()\n"
+        "print(untuned, faults())\n"
+    )
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    untuned, tuned = map(int, out.stdout.split())
+    assert untuned >= 50 * 200  # every array's pages faulted in afresh
+    assert tuned < 50 * 20

@@ -22,6 +22,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager, suppress
@@ -223,11 +224,36 @@ def _submit(client, tasks, priority: int = 0) -> dict:
 def _trimmed(function, *args):
     """function(*args), then the memory its worker freed handed back to the system
     (glibc's malloc_trim; elsewhere nothing): a worker's resident memory between tasks is then
-    that of what it holds, not the peak of its last task."""
+    that of what it holds, not the peak of its last task. Before it, the worker's allocator
+    is set as :func:`tune_malloc` says."""
+    tune_malloc()
     try:
         return function(*args)
     finally:
         trim_memory()
+
+
+MALLOC_MMAP_THRESHOLD = 32 << 20
+"""glibc's mmap threshold in engine workers: its largest dynamic value (on 64-bit)."""
+
+
+def tune_malloc() -> None:
+    """Undo, in this process, the allocator setting that dask's nannies give the workers they
+    spawn (``MALLOC_TRIM_THRESHOLD_=65536``, ``distributed.nanny.pre-spawn-environ``). Setting
+    the trim threshold also fixes glibc's mmap threshold at 128 KiB, so that every larger numpy
+    temporary is a fresh mapping whose pages fault in zeroed: the KS kernels ran 3× slower in
+    such a worker (docs/algorithms/ks.md). Sets the mmap threshold to 32 MiB and the trim
+    threshold to twice that; each task's end trims the heap anyway (:func:`trim_memory`). A
+    no-op where there is no glibc. Cost: microseconds."""
+    import ctypes
+
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)
+        libc.mallopt(m_trim_threshold, 2 * MALLOC_MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
 
 
 def trim_memory() -> None:
@@ -380,16 +406,18 @@ class NestedParts:
         client = get_client()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+            shipped = _scattered(client, [args for _, _, args in parts])
             futures = [
                 client.submit(
                     _trimmed,
                     _captured,
                     function,
-                    tuple(_scattered(client, a) for a in args),
+                    args,
+                    key=f"{name}-{uuid.uuid4().hex}",
                     pure=False,
                     priority=self.priority,
                 )
-                for _, function, args in parts
+                for (name, function, _), args in zip(parts, shipped, strict=True)
             ]
         if not getattr(_task_thread, "seceded", False):
             secede()
@@ -401,6 +429,31 @@ class NestedParts:
             "%d nested parts ran on %d worker(s)", len(parts), len(held)
         )
         return _replayed(parts, {name: r for (name, *_), r in zip(parts, results, strict=True)})
+
+
+_task_thread = threading.local()
+
+
+def _scattered(client, arguments: list[tuple]) -> list[tuple]:
+    """The parts' arguments with each large array or sparse matrix (:data:`SCATTER_MIN_BYTES`
+    or more) replaced by the future of a copy held by a worker: all scattered in one call, each
+    object once however many parts share it."""
+    large = {}
+    for args in arguments:
+        for value in args:
+            if _nbytes(value) >= SCATTER_MIN_BYTES:
+                large.setdefault(id(value), value)
+    if not large:
+        return arguments
+    futures = dict(zip(large, client.scatter(list(large.values()), direct=True), strict=True))
+    return [tuple(futures.get(id(v), v) for v in args) for args in arguments]
+
+
+def _nbytes(value) -> int:
+    """Bytes of an array's or a sparse matrix's data; 0 for anything else."""
+    if hasattr(value, "nnz") and hasattr(value, "data"):  # scipy.sparse
+        return value.data.nbytes
+    return getattr(value, "nbytes", 0) or 0
 
 
 _task_thread = threading.local()
