@@ -196,23 +196,22 @@ def main() -> None:
 
 
 def phases(stream: pd.DataFrame) -> pd.DataFrame:
-    """The task stream by phase: the view's task, each round of blocks (a refill's blocks start
-    after the first round's end), the cuts: tasks, workers used, first start, last end."""
-    stream = stream.sort_values("start").copy()
-    kind = np.where(stream["part"].str.startswith("KS block"), "blocks", "cuts")
-    kind = np.where(stream["part"].str.startswith("ks_view"), "view task", kind)
-    blocks = stream[kind == "blocks"]
-    stream["phase"] = kind
-    if len(blocks):
-        first_end = blocks.groupby("part")["stop"].min().max()  # every block named once a round
-        late = (kind == "blocks") & (stream["start"] > first_end)
-        stream.loc[late, "phase"] = "refill blocks"
+    """The task stream by phase: the view's task, the first round of blocks, the refill's
+    blocks (a block's name seen a second time), the cuts: tasks, workers used, first start,
+    last end, and the tasks' compute seconds summed (busy_s)."""
+    stream = stream.sort_values(["workers", "start"]).reset_index(drop=True)
+    name = stream["part"]
+    phase = np.where(name.str.startswith("KS block"), "blocks", "cuts")
+    phase = np.where(name.str.startswith("ks_view"), "view task", phase)
+    again = stream.groupby(["workers", "part"]).cumcount() > 0
+    stream["phase"] = np.where((phase == "blocks") & again, "refill blocks", phase)
+    stream["busy"] = stream["stop"] - stream["start"]
     return stream.groupby(["workers", "phase"], sort=False).agg(
         tasks=("part", "size"),
         workers_used=("worker", "nunique"),
         first_start_s=("start", "min"),
         last_end_s=("stop", "max"),
-        busy_s=("stop", lambda s: (s - stream.loc[s.index, "start"]).sum()),
+        busy_s=("busy", "sum"),
     )
 
 
@@ -277,6 +276,7 @@ def write(args, samples, parts, total, own, runs, stream) -> None:
     ]
     write_results(args.output, "\n".join(lines) + "\n")
     parts.to_csv(args.output.with_suffix(".csv"), index=False)
+    stream.to_csv(args.output.with_name(args.output.stem + "_stream.csv"), index=False)
 
 
 if __name__ == "__main__":

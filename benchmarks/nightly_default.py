@@ -205,6 +205,8 @@ class LocalCluster:
                         "1",
                         "--memory-limit",
                         "0",
+                        "--resources",
+                        "adseg_slot=1",  # one stage task at a time (execution.SLOT)
                         "--no-dashboard",
                     ],
                     stdout=log,

@@ -493,3 +493,32 @@ def test_engine_tasks_undo_the_page_faults_of_dasks_malloc_setting():
     untuned, tuned = map(int, out.stdout.split())
     assert untuned >= 50 * 200  # every array's pages faulted in afresh
     assert tuned < 50 * 20
+
+
+def _stamped(path, word: str) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(word + "\n")
+
+
+def _waits_on_a_nested_part(path) -> None:
+    """A stage task that, like a large KS view, secedes to wait on a part of its own."""
+    import time
+
+    from adseg.app.execution import NestedParts
+
+    _stamped(path, "view start")
+    NestedParts()([("inner", time.sleep, (0.5,))])
+    _stamped(path, "view end")
+
+
+def test_a_task_waiting_on_its_nested_parts_keeps_its_workers_slot(tmp_path):
+    """On the embedded cluster each worker holds one stage task at a time (its adseg_slot):
+    a stage task that secedes to wait on its nested parts lets them run in its worker, but
+    not the next stage task, which would hold its own data beside the first's."""
+    from adseg.app.execution import run_tasks
+
+    path = tmp_path / "order.txt"
+    tasks = [("view", _waits_on_a_nested_part, (path,)), ("next", _stamped, (path, "next"))]
+    for _, outcome in run_tasks(tasks, None, 1):
+        assert outcome() is None
+    assert path.read_text().split("\n")[:3] == ["view start", "view end", "next"]

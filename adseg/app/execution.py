@@ -161,6 +161,7 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     # its HTTP routes (health, metrics) on a free local port, not on :8787
                     scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                     memory_limit=0,  # as the worker processes before: no memory manager
+                    resources={SLOT: 1},  # one stage task at a time per worker (_submit)
                     silence_logs=logging.CRITICAL,
                     preload=[__name__],  # dask_setup, in each worker
                 )
@@ -212,13 +213,34 @@ def _submit(client, tasks, priority: int = 0) -> dict:
     whose memory adds to its own."""
     trim_memory()
     futures = {}
+    resources = {SLOT: 1} if _declares_slots(client) else None
     with warnings.catch_warnings():  # each task's data goes once: the hint is moot
         warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
         for rank, (name, function, args) in enumerate(tasks):
             futures[name] = client.submit(
-                _trimmed, function, *args, pure=False, priority=priority - rank
+                _trimmed,
+                function,
+                *args,
+                pure=False,
+                priority=priority - rank,
+                resources=resources,
             )
     return futures
+
+
+SLOT = "adseg_slot"
+"""The worker resource a stage's task holds until it ends: each worker declares one (the
+embedded cluster's do; ``dask worker --resources adseg_slot=1`` for a cluster of one's own), so
+a worker runs one stage task at a time even while that task has seceded to wait on its nested
+parts (:class:`NestedParts`, which need no slot): without it, a waiting KS view let its worker
+start another view beside it, and the tree's memory went past 8 GiB at 100,000 advertisers."""
+
+
+def _declares_slots(client) -> bool:
+    """Whether every worker of ``client``'s cluster declares a :data:`SLOT` (and there is one):
+    stage tasks then ask for it; on workers without it they ask for nothing, as before."""
+    workers = client.scheduler_info().get("workers", {}).values()
+    return bool(workers) and all(SLOT in w.get("resources", {}) for w in workers)
 
 
 def _trimmed(function, *args):
