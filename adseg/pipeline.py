@@ -267,10 +267,14 @@ def engine_parts(config: NightlyConfig, n_advertisers: int):
 
 
 def engine_blocks(config: NightlyConfig, n_advertisers: int, prefetched: bool = False):
-    """The ``block_parts`` of the views (a KS view's blocks and cuts) when the views run on the
-    engine (:func:`engine_parts`): ``adseg.app.execution.NestedParts``, else None. Those of
-    ``prefetched`` views go after the stage's own tasks, before other prefetched ones."""
-    if engine_parts(config, n_advertisers) is None:
+    """The ``block_parts`` of the views (a KS view's blocks and cuts): with a scheduler,
+    ``adseg.app.execution.NestedParts`` (tasks of their own, for a cluster with more workers
+    than a stage has tasks); else None: in the view's task, in turn. On the embedded engine
+    the stage's tasks already fill its workers, and nesting made the 100,000 nightly slower
+    and heavier (docs/algorithms/ks.md, "KS blocks"). The labels are the same either way.
+    Those of ``prefetched`` views go after the stage's own tasks, before other prefetched
+    ones. ``n_advertisers``: as :func:`engine_parts`."""
+    if not config.scheduler or engine_parts(config, n_advertisers) is None:
         return None
     from adseg.app.execution import NESTED_PRIORITY, PREFETCH_PRIORITY, NestedParts
 

@@ -512,13 +512,18 @@ def _waits_on_a_nested_part(path) -> None:
 
 
 def test_a_task_waiting_on_its_nested_parts_keeps_its_workers_slot(tmp_path):
-    """On the embedded cluster each worker holds one stage task at a time (its adseg_slot):
-    a stage task that secedes to wait on its nested parts lets them run in its worker, but
-    not the next stage task, which would hold its own data beside the first's."""
-    from adseg.app.execution import run_tasks
+    """On workers that declare an adseg_slot each holds one stage task at a time: a stage task
+    that secedes to wait on its nested parts lets them run in its worker, but not the next
+    stage task, which would hold its own data beside the first's (without the resource the
+    next task ran between the two lines)."""
+    from distributed import LocalCluster
+
+    from adseg.app.execution import SLOT, run_tasks
 
     path = tmp_path / "order.txt"
     tasks = [("view", _waits_on_a_nested_part, (path,)), ("next", _stamped, (path, "next"))]
-    for _, outcome in run_tasks(tasks, None, 1):
-        assert outcome() is None
+    kw = {"resources": {SLOT: 1}}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, **_QUIET, **kw) as c:
+        for _, outcome in run_tasks(tasks, c.scheduler_address, 1):
+            assert outcome() is None
     assert path.read_text().split("\n")[:3] == ["view start", "view end", "next"]

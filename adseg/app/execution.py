@@ -161,7 +161,6 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                     # its HTTP routes (health, metrics) on a free local port, not on :8787
                     scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                     memory_limit=0,  # as the worker processes before: no memory manager
-                    resources={SLOT: 1},  # one stage task at a time per worker (_submit)
                     silence_logs=logging.CRITICAL,
                     preload=[__name__],  # dask_setup, in each worker
                 )
@@ -229,11 +228,11 @@ def _submit(client, tasks, priority: int = 0) -> dict:
 
 
 SLOT = "adseg_slot"
-"""The worker resource a stage's task holds until it ends: each worker declares one (the
-embedded cluster's do; ``dask worker --resources adseg_slot=1`` for a cluster of one's own), so
-a worker runs one stage task at a time even while that task has seceded to wait on its nested
-parts (:class:`NestedParts`, which need no slot): without it, a waiting KS view let its worker
-start another view beside it, and the tree's memory went past 8 GiB at 100,000 advertisers."""
+"""The worker resource a stage's task holds until it ends, where every worker declares one
+(``dask worker --resources adseg_slot=1``): a worker then runs one stage task at a time even
+while that task has seceded to wait on its nested parts (:class:`NestedParts`, which need no
+slot). Without it a waiting KS view let its worker start another view beside it (the tree went
+past 8 GiB at 100,000 advertisers). The embedded cluster nests nothing and declares none."""
 
 
 def _declares_slots(client) -> bool:
