@@ -265,8 +265,13 @@ def tune_malloc() -> None:
     temporary is a fresh mapping whose pages fault in zeroed: the KS kernels ran 3× slower in
     such a worker (docs/algorithms/ks.md). Sets the mmap threshold to 32 MiB and the trim
     threshold to twice that; each task's end trims the heap anyway (:func:`trim_memory`). A
-    no-op where there is no glibc. Cost: microseconds."""
+    no-op where there is no glibc, and in the embedded cluster's workers: forked, they keep the
+    command's allocator as it was set up (glibc read that variable once, in the command).
+    Cost: microseconds."""
     import ctypes
+
+    if _forked_worker:
+        return
 
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
     try:
@@ -275,6 +280,10 @@ def tune_malloc() -> None:
         libc.mallopt(m_trim_threshold, 2 * MALLOC_MMAP_THRESHOLD)
     except (OSError, AttributeError):
         pass
+
+
+_forked_worker = False
+"""Set by :func:`dask_setup` in the embedded cluster's (forked) workers."""
 
 
 def trim_memory() -> None:
@@ -596,7 +605,10 @@ def dask_setup(worker=None) -> None:
     kills the workers — so a worker ignores it; SIGTERM and SIGHUP get their default actions
     back (the parent's handlers are inherited by fork) unless the parent ignores them
     (``nohup``: a hang-up that spares the run spares its workers); then the stop signals the
-    worker was forked with blocked are unblocked."""
+    worker was forked with blocked are unblocked. Its allocator is the command's, as it was
+    forked (:func:`tune_malloc` leaves it)."""
+    global _forked_worker
+    _forked_worker = True
     for signum in set(handled_stops()) & set(TERMINATING):
         signal.signal(signum, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
