@@ -17,6 +17,7 @@ once; a kill -9 of this process ends them too (each watches a pipe to its parent
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import signal
@@ -268,18 +269,25 @@ def tune_malloc() -> None:
     no-op where there is no glibc, and in the embedded cluster's workers: forked, they keep the
     command's allocator as it was set up (glibc read that variable once, in the command).
     Cost: microseconds."""
+    libc = _glibc()
+    if _forked_worker or libc is None:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)
+    libc.mallopt(m_trim_threshold, 2 * MALLOC_MMAP_THRESHOLD)
+
+
+@functools.cache
+def _glibc():
+    """This process's glibc (ctypes), loaded once; None where there is none."""
     import ctypes
 
-    if _forked_worker:
-        return
-
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)
-        libc.mallopt(m_trim_threshold, 2 * MALLOC_MMAP_THRESHOLD)
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - both must exist
     except (OSError, AttributeError):
-        pass
+        return None
+    return libc
 
 
 _forked_worker = False
@@ -289,12 +297,8 @@ _forked_worker = False
 def trim_memory() -> None:
     """Return the freed heap of this process to the system (glibc malloc_trim; a no-op where
     there is none). Cost: milliseconds."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
 
 
 def close_engine() -> None:
@@ -484,9 +488,6 @@ def _nbytes(value) -> int:
     if hasattr(value, "nnz") and hasattr(value, "data"):  # scipy.sparse
         return value.data.nbytes
     return getattr(value, "nbytes", 0) or 0
-
-
-_task_thread = threading.local()
 
 
 def _scattered(client, value):

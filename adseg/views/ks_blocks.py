@@ -133,9 +133,9 @@ def _packed(samples) -> tuple[np.ndarray, np.ndarray]:
 def block_pairs(values_a, offsets_a, values_b, offsets_b, i, j, max_distance, settle_below):
     """One block's kept pairs (an engine task): ``ks_pairs_within`` on the samples of range a
     then range b, each packed as values split at offsets (views, no copy); i, j index them."""
-    samples = np.split(values_a, offsets_a[1:-1]) + np.split(values_b, offsets_b[1:-1])
-    if offsets_b.size == 1:  # a block within one range
-        samples = samples[: offsets_a.size - 1]
+    samples = np.split(values_a, offsets_a[1:-1])
+    if offsets_b.size > 1:  # a block across two ranges
+        samples += np.split(values_b, offsets_b[1:-1])
     return ks_pairs_within(samples, i, j, max_distance, settle_below=settle_below)
 
 
