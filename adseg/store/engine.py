@@ -83,6 +83,13 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
             cur.execute("PRAGMA cache_size=-65536")  # 64 MiB: index inserts stay in memory
             cur.close()
 
+        @event.listens_for(engine, "checkin")
+        def _sqlite_release_cache(dbapi_conn, _record):
+            # an idle pooled connection would keep its page cache (up to the 64 MiB above, all
+            # of it after one scan of the auctions) for the rest of the process: freed here
+            if dbapi_conn is not None:
+                dbapi_conn.execute("PRAGMA shrink_memory")
+
     return engine
 
 
