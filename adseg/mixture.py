@@ -167,9 +167,11 @@ class MixtureSegmentation(ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_ : (n,) int, the MAP segment (items with no evidence get the most common segment).
-    resp_ : (n, K) posterior probabilities. log_theta_ : list of (K, B_v) log emission tables.
-    log_pi_ : (K,). objective_ : list of the kept run's objective per iteration (non-decreasing).
+    log_theta_ : list of (K, B_v) log emission tables. log_pi_ : (K,).
+    objective_ : list of the kept run's objective per iteration (non-decreasing).
     converged_ : bool. n_iter_ : int.
+    The (n, K) posterior is not kept (:meth:`predict_log_proba` gives it): a fitted estimator
+    is O(K · Σ B_v), and the backtest ships one per candidate K.
 
     Cost: O(max_iter · n_init · (nnz + n) · K) time, O(n · K + K · Σ B_v) memory; nothing n × n.
     """
@@ -234,10 +236,9 @@ class MixtureSegmentation(ClusterMixin, BaseEstimator):
         fit, trace, converged = best
         inverse = np.empty_like(order)
         inverse[order] = np.arange(order.size)
-        self.resp_ = fit.resp[inverse]
         self.log_theta_, self.log_pi_ = fit.log_theta, fit.log_pi
         self.objective_, self.converged_, self.n_iter_ = trace, converged, len(trace)
-        self.labels_ = np.argmax(self.resp_, axis=1).astype(np.int64)
+        self.labels_ = np.argmax(fit.resp, axis=1).astype(np.int64)[inverse]
         return self
 
     def _em(self, fit: _Fit) -> tuple[list[float], bool]:
