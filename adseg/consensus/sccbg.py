@@ -127,7 +127,8 @@ def spectral(
         dv = mult @ S
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
         sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-        S_hat = S * su[:, None] * sv[None, :]
+        S_hat = S * su[:, None]
+        S_hat *= sv[None, :]
         X = S_hat * np.sqrt(mult)[:, None]
         gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
         del X
@@ -151,11 +152,27 @@ def spectral(
 
 def h_matrix(U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray) -> np.ndarray:
     """H_ij = ½‖a_i − b_j‖², a = U/√du, b = V/√dv (spec §3.2): the linear coefficient of S in the
-    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM."""
+    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM; the rest in place, a row block at a time: one
+    u × k array (the values of ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)`` to the bit)."""
     a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
     b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
-    H = 0.5 * ((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]) - a @ b.T
-    return np.maximum(H, 0.0)
+    na, nb = (a * a).sum(1), (b * b).sum(1)
+    H = a @ b.T
+    for rows in _row_blocks(H.shape):  # H = ½(‖a‖² + ‖b‖²) − a bᵀ, block by block
+        half = 0.5 * (na[rows, None] + nb[None, :])
+        np.subtract(half, H[rows], out=H[rows])
+    return np.maximum(H, 0.0, out=H)
+
+
+def _relative_change(S: np.ndarray, S_prev: np.ndarray, mult: np.ndarray) -> float:
+    """‖S − S_prev‖_F / ‖S_prev‖_F over the rows weighted by ``mult`` (floored at 1e-12), with
+    no u × k temporary: ``S_prev`` is overwritten."""
+    prev = np.empty(S.shape[0])
+    for rows in _row_blocks(S.shape):  # loop over row blocks
+        prev[rows] = (S_prev[rows] ** 2).sum(1)
+    np.subtract(S_prev, S, out=S_prev)
+    np.square(S_prev, out=S_prev)
+    return float(np.sqrt(mult @ S_prev.sum(1)) / max(np.sqrt(mult @ prev), 1e-12))
 
 
 def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
@@ -521,9 +538,8 @@ class SCCBG(BaseFuser):
                 omega=omega, coarse_tol=coarse, sparse=sparse,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
-            dS = np.sqrt(mult @ ((S - S_prev) ** 2).sum(1)) / max(
-                np.sqrt(mult @ (S_prev**2).sum(1)), 1e-12
-            )
+            dS = _relative_change(S, S_prev, mult)
+            del S_prev
             sig, U, V, du, dv = spectral(S, mult, c + 1, sparse)
             fn1 = float(np.sum(1.0 - sig[:c]))
             fn2 = fn1 + float(1.0 - sig[c])
