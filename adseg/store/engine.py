@@ -88,7 +88,10 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
             # an idle pooled connection would keep its page cache (up to the 64 MiB above, all
             # of it after one scan of the auctions) for the rest of the process: freed here
             if dbapi_conn is not None:
-                dbapi_conn.execute("PRAGMA shrink_memory")
+                try:
+                    dbapi_conn.execute("PRAGMA shrink_memory")
+                except sqlite3.Error:  # memory only: never an error of the work just done
+                    pass
 
     return engine
 
