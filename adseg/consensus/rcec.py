@@ -147,12 +147,23 @@ def objective(
         else:
             with threadpool_limits(limits=1, user_api="blas"):
                 mu = np.maximum(np.linalg.eigvalsh(G), 0.0)
-    fit = float(np.sum((Lt - Z) ** 2))
-    return (
-        fit
-        + lam * _smooth_nuclear(mu, Z.shape[1], gamma)
-        + beta * float(np.sqrt((Z**2).sum(axis=0)).sum())
-    )
+    fit, column_sq = _fit_and_column_squares(Z, Lt, np.empty_like(Z))
+    return _objective_value(fit, column_sq, mu, Z.shape[1], lam, beta, gamma)
+
+
+def _fit_and_column_squares(Z: np.ndarray, Lt: np.ndarray, work: np.ndarray) -> tuple:
+    """(‖L̃ − Z‖_F², (K,) Σ_i Z_ij²), computed in ``work`` (R × K, overwritten): no other R × K
+    array. The same values to the bit as ``np.sum((Lt - Z) ** 2)`` and ``(Z**2).sum(axis=0)``."""
+    np.subtract(Lt, Z, out=work)
+    np.square(work, out=work)
+    fit = float(np.sum(work))
+    np.square(Z, out=work)
+    return fit, work.sum(axis=0)
+
+
+def _objective_value(fit, column_sq, mu, K: int, lam: float, beta: float, gamma: float) -> float:
+    """F from its parts: the fit term, the column sums of Z², the eigenvalues of ZᵀZ."""
+    return fit + lam * _smooth_nuclear(mu, K, gamma) + beta * float(np.sqrt(column_sq).sum())
 
 
 def gradient(
@@ -194,47 +205,60 @@ def solve_multiplicative(
     (docs/algorithms/rcec.md, "Mixed precision").
 
     Cost per iteration: ZᵀZ (½ R K² flops, SYRK), the K × K eigendecomposition (O(K³)) and the two
-    products (2 R K²; in float32 when mixed) — linear in R. Memory: Z, numerator and denominator
-    (R × K float64 each; mixed: Z in float32 and the R × 2K float32 product instead) plus K × K.
+    products (2 R K²; in float32 when mixed) — linear in R. Memory: Z, numerator, denominator and
+    one work array (R × K float64 each, made once; mixed: plus Z in float32 and the R × 2K float32
+    product) plus K × K.
     """
     Z = Z0.copy()
     R, K = Z.shape
     floor = 1e-14 * float(np.sum(Lt**2))
     history: list[float] = []
     converged = False
+    # R × K buffers made once: a fresh array per use is mapped and faulted in page by page
+    work, num, den = np.empty_like(Z), np.empty_like(Z), np.empty_like(Z)
+    Z32 = np.empty((R, K), dtype=np.float32) if mixed_precision else None
     for t in range(max_iter + 1):
         mu, V, full = _spectrum(Z, gamma)
         H = _inv_sqrt(mu, V, full, K, gamma)
         # F of the current iterate reuses this iteration's eigenvalues (spec §3.3 step 8)
-        history.append(objective(Z, Lt, lam, beta, gamma, mu=mu))
+        fit, column_sq = _fit_and_column_squares(Z, Lt, work)
+        history.append(_objective_value(fit, column_sq, mu, K, lam, beta, gamma))
         if t > 0 and abs(history[-2] - history[-1]) <= tol * abs(history[-2]) + floor:
             converged = True
             break
         if t == max_iter:
             break
-        d = 1.0 / (np.sqrt((Z**2).sum(axis=0)) + varsigma)
-        if mixed_precision:
-            Hs = np.empty((K, 2 * K), dtype=np.float32)
-            Hs[:, :K] = np.maximum(-H, 0.0)
-            Hs[:, K:] = np.maximum(H, 0.0)
-            P = Z.astype(np.float32) @ Hs
-            # widened and scaled in one pass each (the same values as astype, then *= lam)
-            num = np.multiply(P[:, :K], lam, dtype=np.float64)
-            den = np.multiply(P[:, K:], lam, dtype=np.float64)
-            del P, Hs
-        else:
-            num = Z @ np.maximum(-H, 0.0)
-            den = Z @ np.maximum(H, 0.0)
-            num *= lam
-            den *= lam
-        num += 2.0 * Lt
-        den += Z * (2.0 + beta * d)[None, :]
+        d = 1.0 / (np.sqrt(column_sq) + varsigma)
+        _products(Z, H, lam, num, den, Z32)
+        np.multiply(Lt, 2.0, out=work)
+        num += work
+        np.multiply(Z, (2.0 + beta * d)[None, :], out=work)
+        den += work
         np.maximum(den, _TINY, out=den)
         num /= den
         np.sqrt(num, out=num)
         Z *= num
-        del num, den
     return Z, history, converged, H
+
+
+def _products(Z, H, lam: float, num: np.ndarray, den: np.ndarray, Z32) -> None:
+    """num = λ Z[H]₋ and den = λ Z[H]₊ (R × K, written in place): one float32 GEMM through
+    ``Z32`` (R × K float32, overwritten) when given, else two float64 GEMMs."""
+    K = H.shape[0]
+    if Z32 is not None:
+        Hs = np.empty((K, 2 * K), dtype=np.float32)
+        Hs[:, :K] = np.maximum(-H, 0.0)
+        Hs[:, K:] = np.maximum(H, 0.0)
+        Z32[...] = Z
+        P = Z32 @ Hs
+        # widened and scaled in one pass each (the same values as astype, then *= lam)
+        np.multiply(P[:, :K], lam, out=num, dtype=np.float64)
+        np.multiply(P[:, K:], lam, out=den, dtype=np.float64)
+        return
+    np.matmul(Z, np.maximum(-H, 0.0), out=num)
+    np.matmul(Z, np.maximum(H, 0.0), out=den)
+    num *= lam
+    den *= lam
 
 
 def solve_fista(
