@@ -11,15 +11,18 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans
+from sklearn.utils import check_random_state
 
 __all__ = [
     "LANCZOS_MIN_N",
     "assign_labels",
     "fix_signs",
+    "kmeans_plusplus_starts",
     "lanczos_solves",
     "normalize_by_degree",
     "symmetric_part",
     "top_eigenvectors",
+    "weighted_kmeans",
 ]
 
 
@@ -141,3 +144,68 @@ def assign_labels(
         found = cluster_qr(X[:, :n_clusters])
         return np.unique(found, return_inverse=True)[1].astype(np.int64).ravel()
     raise ValueError(f"method must be 'kmeans' or 'cluster_qr'; got {method!r}.")
+
+
+def kmeans_plusplus_starts(
+    X: np.ndarray, weights: np.ndarray, n_clusters: int, n_starts: int, random_state
+) -> np.ndarray:
+    """(n_starts, n_clusters) row indices of ``X``: greedy weighted k-means++ seedings (Arthur
+    and Vassilvitskii; scikit-learn's rule: 2 + ⌊ln k⌋ candidates a step, the one that lowers
+    the weighted potential most is kept), the starts advanced together so that each step reads
+    ``X`` once for all of them. ``X`` (R, d) float64, ``weights`` (R,) > 0.
+
+    Cost: n_clusters steps of one (n_starts · trials) × d × R GEMM; memory n_starts · trials × R
+    float64 (49 MB at 10 starts, k = 160, R = 88,289)."""
+    rng = check_random_state(random_state)
+    R = X.shape[0]
+    trials = 2 + int(np.log(n_clusters))
+    sq = np.einsum("ij,ij->i", X, X)
+    chosen = np.empty((n_starts, n_clusters), dtype=np.int64)
+    chosen[:, 0] = rng.choice(R, size=n_starts, p=weights / weights.sum())
+    closest = _squared_distances(X, sq, chosen[:, 0])  # (n_starts, R)
+    potential = closest @ weights
+    starts = np.arange(n_starts)
+    for step in range(1, n_clusters):  # k-means++ is sequential in its centres
+        draws = rng.uniform(size=(n_starts, trials)) * potential[:, None]
+        cumulative = np.cumsum(closest * weights, axis=1)
+        candidates = np.stack(
+            [np.searchsorted(cumulative[s], draws[s]) for s in starts]  # loop over the starts
+        )
+        np.minimum(candidates, R - 1, out=candidates)  # rounding can land past the end
+        dist = _squared_distances(X, sq, candidates.ravel()).reshape(n_starts, trials, R)
+        np.minimum(dist, closest[:, None, :], out=dist)
+        potentials = dist @ weights  # (n_starts, trials)
+        best = np.argmin(potentials, axis=1)
+        closest = dist[starts, best]
+        potential = potentials[starts, best]
+        chosen[:, step] = candidates[starts, best]
+    return chosen
+
+
+def _squared_distances(X: np.ndarray, sq: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), R) squared distances from ``X[rows]`` to every row of ``X`` (``sq``: the
+    rows' squared norms), floored at 0. One GEMM."""
+    d = X[rows] @ X.T
+    d *= -2.0
+    d += sq[rows, None]
+    d += sq[None, :]
+    return np.maximum(d, 0.0, out=d)
+
+
+def weighted_kmeans(
+    X: np.ndarray, weights: np.ndarray, n_clusters: int, n_init: int, random_state
+) -> np.ndarray:
+    """(R,) labels of weighted k-means on the rows of ``X`` (R, d): ``n_init`` starts seeded by
+    :func:`kmeans_plusplus_starts`, each run to convergence by scikit-learn's Lloyd iterations,
+    the lowest weighted inertia kept. What ``KMeans(n_init=n_init).fit(X, sample_weight=weights)``
+    computes, with the seedings of all starts made together. Cost per start O(R d k) per Lloyd
+    iteration; the seeding as :func:`kmeans_plusplus_starts`."""
+    rng = check_random_state(random_state)
+    seeds = kmeans_plusplus_starts(X, weights, n_clusters, n_init, rng)
+    best, best_inertia = None, np.inf
+    for rows in seeds:  # loop over the starts
+        km = KMeans(n_clusters=n_clusters, init=X[rows], n_init=1, random_state=rng)
+        km.fit(X, sample_weight=weights)
+        if km.inertia_ < best_inertia:
+            best, best_inertia = km.labels_, km.inertia_
+    return best.astype(np.int64)

@@ -10,9 +10,11 @@ from adseg.spectral import (
     LANCZOS_MIN_N,
     assign_labels,
     fix_signs,
+    kmeans_plusplus_starts,
     normalize_by_degree,
     symmetric_part,
     top_eigenvectors,
+    weighted_kmeans,
 )
 
 
@@ -100,3 +102,53 @@ def test_normalize_by_degree_scales_rows_and_columns_and_zeroes_isolated_ones():
 def test_fix_signs_makes_the_largest_entry_of_each_column_positive():
     vecs = np.array([[0.1, -0.9, 0.0], [-0.8, 0.2, 0.0]])
     np.testing.assert_array_equal(fix_signs(vecs), [[-0.1, 0.9, 0.0], [0.8, -0.2, 0.0]])
+
+
+def _weighted_points(seed: int, n: int = 600, d: int = 5):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(8, d)) * 3
+    X = centres[rng.integers(0, 8, n)] + rng.normal(size=(n, d))
+    return X, rng.integers(1, 5, n).astype(np.float64)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_start_of_the_seeding_is_scikit_learns_kmeans_plusplus(seed):
+    from sklearn.cluster._kmeans import _kmeans_plusplus
+
+    X, w = _weighted_points(seed)
+    sq = np.einsum("ij,ij->i", X, X)
+    _, reference = _kmeans_plusplus(X, 12, sq, w, np.random.RandomState(seed))
+    ours = kmeans_plusplus_starts(X, w, 12, 1, np.random.RandomState(seed))
+    assert ours.shape == (1, 12)
+    assert ours[0].tolist() == reference.tolist()
+
+
+def test_the_starts_seeded_together_are_each_a_kmeans_plusplus_seeding():
+    # a start among several draws its own candidates; every start's centres are distinct rows
+    X, w = _weighted_points(3)
+    seeds = kmeans_plusplus_starts(X, w, 8, 10, 0)
+    assert seeds.shape == (10, 8)
+    assert all(len(set(row)) == 8 for row in seeds.tolist())
+    assert len({tuple(row) for row in seeds.tolist()}) == 10
+    assert np.array_equal(seeds, kmeans_plusplus_starts(X, w, 8, 10, 0))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_weighted_kmeans_matches_scikit_learns_inertia(seed):
+    from sklearn.cluster import KMeans
+
+    X, w = _weighted_points(seed)
+    ours = weighted_kmeans(X, w, 8, 10, seed)
+    reference = KMeans(n_clusters=8, n_init=10, random_state=seed).fit(X, sample_weight=w)
+
+    def inertia(labels):
+        return sum(
+            w[labels == j]
+            @ (
+                (X[labels == j] - np.average(X[labels == j], axis=0, weights=w[labels == j])) ** 2
+            ).sum(1)
+            for j in np.unique(labels)
+        )
+
+    assert ours.dtype == np.int64 and ours.shape == (600,)
+    assert inertia(ours) <= 1.01 * inertia(reference.labels_)

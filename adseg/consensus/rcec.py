@@ -24,7 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from adseg.consensus._base import MISSING, BaseFuser, check_flag, check_integer, check_real
-from adseg.spectral import assign_labels
+from adseg.spectral import assign_labels, weighted_kmeans
 
 _SOLVERS = ("multiplicative", "fista")
 _INITS = ("random", "support")
@@ -363,21 +363,19 @@ def _kmeans_distinct_rows(
     emb: np.ndarray, weights: np.ndarray, n_clusters: int, random_state
 ) -> np.ndarray:
     """``assign_labels(emb[item_rows], method="kmeans")`` for large inputs: k-means (10 seeded
-    starts) on the R distinct embedding rows weighted by how many items share each — the same
-    k-means objective as on the n item rows; only the k-means++ draws differ. Row normalisation
-    and the zero-row rule as ``adseg.spectral.assign_labels``. Returns (R,) labels 0..k'−1
-    without gaps. Cost O(R c² (log c + iterations)) per start instead of O(n c² (...)). (float32
-    input was tried and is slower: scikit-learn's k-means++ distances upcast it in chunks.)"""
-    from sklearn.cluster import KMeans
-
+    starts, :func:`adseg.spectral.weighted_kmeans`) on the R distinct embedding rows weighted by
+    how many items share each — the same k-means objective as on the n item rows; only the
+    k-means++ draws differ. Row normalisation and the zero-row rule as
+    ``adseg.spectral.assign_labels``. Returns (R,) labels 0..k'−1 without gaps. Cost
+    O(R c² (log c + iterations)) per start instead of O(n c² (...)). (float32 input was tried
+    and is slower: scikit-learn's k-means++ distances upcast it in chunks.)"""
     norms = np.linalg.norm(emb, axis=1, keepdims=True)
     nonzero = norms > 1e-10 * norms.max()
     Xn = np.divide(emb, norms, out=np.zeros_like(emb), where=nonzero)
     n_clusters = min(n_clusters, emb.shape[0])
     if n_clusters <= 1:
         return np.zeros(emb.shape[0], dtype=np.int64)
-    km = KMeans(n_clusters=n_clusters, n_init=10, random_state=random_state)
-    found = km.fit_predict(Xn, sample_weight=weights)
+    found = weighted_kmeans(Xn, weights, n_clusters, 10, random_state)
     return np.unique(found, return_inverse=True)[1].astype(np.int64).ravel()
 
 
