@@ -205,9 +205,9 @@ def solve_multiplicative(
     (docs/algorithms/rcec.md, "Mixed precision").
 
     Cost per iteration: ZᵀZ (½ R K² flops, SYRK), the K × K eigendecomposition (O(K³)) and the two
-    products (2 R K²; in float32 when mixed) — linear in R. Memory: Z, numerator, denominator and
-    one work array (R × K float64 each, made once; mixed: plus Z in float32 and the R × 2K float32
-    product) plus K × K.
+    products (2 R K²; in float32 when mixed) — linear in R. Memory: Z, numerator and denominator
+    (R × K float64 each, made once; mixed: plus Z in float32 and the R × 2K float32 product) plus
+    K × K.
     """
     Z = Z0.copy()
     R, K = Z.shape
@@ -215,13 +215,15 @@ def solve_multiplicative(
     history: list[float] = []
     converged = False
     # R × K buffers made once: a fresh array per use is mapped and faulted in page by page
-    work, num, den = np.empty_like(Z), np.empty_like(Z), np.empty_like(Z)
+    num, den = np.empty_like(Z), np.empty_like(Z)
     Z32 = np.empty((R, K), dtype=np.float32) if mixed_precision else None
+    step = max(1, (1 << 20) // max(K, 1))  # rows per block of the update's sums
     for t in range(max_iter + 1):
         mu, V, full = _spectrum(Z, gamma)
         H = _inv_sqrt(mu, V, full, K, gamma)
-        # F of the current iterate reuses this iteration's eigenvalues (spec §3.3 step 8)
-        fit, column_sq = _fit_and_column_squares(Z, Lt, work)
+        # F of the current iterate reuses this iteration's eigenvalues (spec §3.3 step 8);
+        # den is free until the products below
+        fit, column_sq = _fit_and_column_squares(Z, Lt, den)
         history.append(_objective_value(fit, column_sq, mu, K, lam, beta, gamma))
         if t > 0 and abs(history[-2] - history[-1]) <= tol * abs(history[-2]) + floor:
             converged = True
@@ -230,10 +232,11 @@ def solve_multiplicative(
             break
         d = 1.0 / (np.sqrt(column_sq) + varsigma)
         _products(Z, H, lam, num, den, Z32)
-        np.multiply(Lt, 2.0, out=work)
-        num += work
-        np.multiply(Z, (2.0 + beta * d)[None, :], out=work)
-        den += work
+        scale = (2.0 + beta * d)[None, :]
+        for r in range(0, R, step):  # num += 2 L̃, den += Z diag(2 + βd), a row block at a time
+            rows = slice(r, r + step)
+            num[rows] += 2.0 * Lt[rows]
+            den[rows] += Z[rows] * scale
         np.maximum(den, _TINY, out=den)
         num /= den
         np.sqrt(num, out=num)
