@@ -35,6 +35,14 @@ def average_nmi(pred: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(scores))
 
 
+def row_slices(n_rows: int, n_cols: int, values: int, min_rows: int = 1) -> list[slice]:
+    """Slices of consecutive rows of an (n_rows, n_cols) array, about ``values`` entries each
+    (at least ``min_rows`` rows): the blocks a row-wise step goes through so that its
+    temporaries are a block's, not the whole array's."""
+    step = max(min_rows, values // max(n_cols, 1))
+    return [slice(r, min(r + step, n_rows)) for r in range(0, n_rows, step)]
+
+
 def check_labels(labels, *, name: str = "labels") -> np.ndarray:
     """Validate a base-clustering matrix and return it as a C-contiguous int64 array.
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from adseg.consensus._base import row_slices
+
 _DEN_EPS = 1e-12
 
 
@@ -187,9 +189,7 @@ arrays (its float32 copies, the moving rows' copies) are this size, not u × k."
 
 def _row_blocks(shape: tuple[int, int]) -> list[slice]:
     """Slices of consecutive rows, about ``ROW_BLOCK_VALUES`` values each (at least 256 rows)."""
-    u, k = shape
-    step = max(256, ROW_BLOCK_VALUES // max(k, 1))
-    return [slice(r, min(r + step, u)) for r in range(0, u, step)]
+    return row_slices(*shape, ROW_BLOCK_VALUES, min_rows=256)
 
 
 def w_step(

@@ -35,6 +35,7 @@ from adseg.consensus._base import (
     check_weights,
     co_association,
     coherent_cells,
+    row_slices,
 )
 from adseg.consensus.reduced import micro_cell_problem
 from adseg.spectral import assign_labels, fix_signs, symmetric_part
@@ -69,12 +70,6 @@ def _primal_block(M, E, Lam, W, thresh: float) -> None:
     soft_threshold(x, thresh, out=E)
     np.subtract(M, E, out=W)
     W -= Lam
-
-
-def _row_blocks(n: int):
-    step = max(1, _BLOCK_BYTES // (8 * max(n, 1)))
-    for start in range(0, n, step):
-        yield slice(start, min(start + step, n))
 
 
 def _low_rank_into(G: np.ndarray, out: np.ndarray) -> None:
@@ -531,7 +526,7 @@ class _CellADMM:
         self.count = sizes.astype(np.float64)
         self.root = np.sqrt(self.count)
         self.reduced = bool((sizes > 1).any())
-        self.blocks = list(_row_blocks(M.shape[0]))
+        self.blocks = row_slices(M.shape[0], M.shape[0], _BLOCK_BYTES // 8)
         self.W = np.empty_like(M)
 
     def _scale(self, b: slice) -> None:

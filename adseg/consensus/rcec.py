@@ -23,7 +23,14 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from adseg.consensus._base import MISSING, BaseFuser, check_flag, check_integer, check_real
+from adseg.consensus._base import (
+    MISSING,
+    BaseFuser,
+    check_flag,
+    check_integer,
+    check_real,
+    row_slices,
+)
 from adseg.spectral import assign_labels, weighted_kmeans
 
 _SOLVERS = ("multiplicative", "fista")
@@ -217,7 +224,6 @@ def solve_multiplicative(
     # R × K buffers made once: a fresh array per use is mapped and faulted in page by page
     num, den = np.empty_like(Z), np.empty_like(Z)
     Z32 = np.empty((R, K), dtype=np.float32) if mixed_precision else None
-    step = max(1, (1 << 20) // max(K, 1))  # rows per block of the update's sums
     for t in range(max_iter + 1):
         mu, V, full = _spectrum(Z, gamma)
         H = _inv_sqrt(mu, V, full, K, gamma)
@@ -233,8 +239,7 @@ def solve_multiplicative(
         d = 1.0 / (np.sqrt(column_sq) + varsigma)
         _products(Z, H, lam, num, den, Z32)
         scale = (2.0 + beta * d)[None, :]
-        for r in range(0, R, step):  # num += 2 L̃, den += Z diag(2 + βd), a row block at a time
-            rows = slice(r, r + step)
+        for rows in row_slices(R, K, 1 << 20):  # num += 2 L̃, den += Z diag(2 + βd), by blocks
             num[rows] += 2.0 * Lt[rows]
             den[rows] += Z[rows] * scale
         np.maximum(den, _TINY, out=den)

@@ -274,8 +274,9 @@ def ks_view(
     for c, alpha in enumerate(config.alphas):  # loop over significance levels
         result = next(cuts)
         labels[keep, c] = result.labels
-        said = (view, alpha, result.n_clusters, result.seconds)
-        log.info("view %s alpha=%g: %d clusters, %.1f s", *said)
+        log.info(
+            "view %s alpha=%g: %d clusters, %.1f s", view, alpha, result.n_clusters, result.seconds
+        )
         rows.append(_column_row(view, alpha, result, n - keep.size, ks_seconds, config, kind))
     distances = {view: (dist, keep)} if config.keep_distances and dist is not None else {}
     return BaseClusterings(labels, pd.DataFrame(rows), distances)
