@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -273,6 +274,43 @@ def test_the_embedded_cluster_leaves_no_process_behind():
     labels = np.random.default_rng(0).integers(0, 4, size=(60, 5))
     fuse(labels, ["l2", "rcc"], 4, 0, "rcc", n_jobs=2)
     assert set(multiprocessing.active_children()) <= before
+
+
+def _pipe_write_ends(pid: int | str) -> set[str]:
+    """The pipes (as /proc names them, ``pipe:[inode]``: both ends alike) whose write end
+    ``pid`` holds open."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                flags = next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
+            if link.startswith("pipe:") and flags & os.O_ACCMODE == os.O_WRONLY:
+                found.add(link)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")
+def test_no_embedded_worker_holds_another_workers_lifeline():
+    """A worker exits when the write end of its pipe from this process closes (a kill -9 of
+    this process). The cluster made all the pipes before forking, and each worker inherited its
+    siblings' write ends: two workers kept each other alive after the kill (a CI run: both still
+    running 5 s later)."""
+    from adseg.app.execution import dask_client
+
+    with dask_client(None, 4) as client:
+        lifelines = {
+            nanny.process.pid: os.readlink(
+                f"/proc/self/fd/{nanny.process.process._keep_child_alive.fileno()}"
+            )
+            for nanny in client.cluster.workers.values()
+        }
+        assert len(lifelines) == 4
+        held = {
+            pid: _pipe_write_ends(pid) & (set(lifelines.values()) - {own})
+            for pid, own in lifelines.items()
+        }
+    assert held == {pid: set() for pid in lifelines}
 
 
 def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block():

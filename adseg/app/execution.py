@@ -12,7 +12,8 @@ importing distributed ~1 s once per process, then ~0.2 s to start and ~0.05 s to
 forked workers, against ~1 s + ~3 s (each worker imports numpy, scikit-learn and adseg) +
 ~0.9 s with spawned ones. Hence forked workers: they also inherit the fusers registered in this
 process. A stop (Ctrl-C, SIGTERM, SIGHUP) or an error leaving the block kills the workers at
-once; a kill -9 of this process ends them too (each watches a pipe to its parent).
+once; a kill -9 of this process ends them too (each watches a pipe to its parent, whose write
+end no sibling keeps: :func:`_drop_siblings_lifelines`).
 """
 
 from __future__ import annotations
@@ -607,11 +608,33 @@ def dask_setup(worker=None) -> None:
     back (the parent's handlers are inherited by fork) unless the parent ignores them
     (``nohup``: a hang-up that spares the run spares its workers); then the stop signals the
     worker was forked with blocked are unblocked. Its allocator is the command's, as it was
-    forked (:func:`tune_malloc` leaves it)."""
+    forked (:func:`tune_malloc` leaves it). It first lets go of its siblings' lifelines
+    (:func:`_drop_siblings_lifelines`)."""
     global _forked_worker
     _forked_worker = True
+    _drop_siblings_lifelines()
     for signum in set(handled_stops()) & set(TERMINATING):
         signal.signal(signum, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _drop_siblings_lifelines() -> None:
+    """Close, in a forked worker, the write ends of the other workers' parent-alive pipes.
+
+    Each worker exits when its pipe's write end, held by this process's parent, closes (a kill
+    -9 of the parent). The cluster makes its workers' pipes before it forks them, so a worker
+    inherits its siblings' write ends: two workers then keep each other alive for good once the
+    parent is gone. The write ends are the ``_keep_child_alive`` connections of distributed's
+    ``AsyncProcess`` objects (the worker's own one is already closed); they are looked for among
+    all the objects the worker inherited, since a fork can come between a process object's
+    making and the nanny's reference to it. Cost: one pass over the worker's objects (a list of
+    that many references), once as the worker starts."""
+    from distributed.process import AsyncProcess
+
+    for obj in gc.get_objects():
+        if isinstance(obj, AsyncProcess):
+            lifeline = getattr(obj, "_keep_child_alive", None)
+            if lifeline is not None and not lifeline.closed:
+                lifeline.close()
