@@ -665,6 +665,77 @@ def test_sparse_s_step_reaches_the_dense_minimiser(noisy, monkeypatch):
                 assert n_got == n_ref
 
 
+def test_sparse_sweeps_coupling_sums_are_a_csr_products_to_the_bit(monkeypatch):
+    """The sparse sweeps compute (S·A)_ip only at their candidate entries, summing over the
+    row's candidates in column order: the values of scipy's CSR × dense product, to the bit,
+    in one chunk or in many."""
+    import scipy.sparse as sp
+
+    from adseg.consensus import _sccbg_sweeps as sweeps
+
+    rng = np.random.default_rng(4)
+    u, k = 300, 40
+    S = np.where(rng.random((u, k)) < 0.2, rng.random((u, k)), 0.0)
+    Y = (rng.random((u, k)) < 0.05).astype(float)
+    A = rng.random((k, k)) * 0.1
+    H = rng.random((u, k))
+    den = 2.0 + rng.random(k)
+    E = sweeps._Entries.build(S, Y, H, 0.5 / den, den, A.max(axis=0), S.sum(axis=1))
+    in_e = np.zeros((u, k), dtype=bool)
+    in_e[E.rows, E.cols] = True
+    assert in_e[S != 0].all()  # S's non-zeros are candidates
+    at = np.arange(E.rows.size)
+    reference = (sp.csr_matrix(S) @ A)[E.rows, E.cols]
+    np.testing.assert_array_equal(sweeps._coupling_sums(E, at, A.ravel(), k), reference)
+    monkeypatch.setattr(sweeps, "TERMS_PER_CHUNK", 7)
+    np.testing.assert_array_equal(sweeps._coupling_sums(E, at, A.ravel(), k), reference)
+
+
+def test_the_sparse_sweeps_two_forms_give_the_same_bits(noisy, monkeypatch):
+    """The sparse S-sweeps run on the candidate entries when their sums are cheap, else with S
+    as CSR: the same values to the bit and the same sweeps. The candidates rest on a bound on
+    each row's sum of S, found again when a row outgrows it: a tight bound (rebuilt many times)
+    and tiny chunks change nothing either — the entries left out provably stay 0 (S starts at
+    0.2·Y and grows, so rows do outgrow their bounds)."""
+    import adseg.consensus.sccbg as sccbg_module
+    from adseg.consensus import _sccbg_sweeps as sweeps
+
+    monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", 1.0)
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    builds = []
+    real = sweeps._Entries.build.__func__
+
+    def counted(cls, *args, **kwargs):
+        made = real(cls, *args, **kwargs)
+        builds.append(made is not None)
+        return made
+
+    monkeypatch.setattr(sweeps._Entries, "build", classmethod(counted))
+    for gamma, rho, omega in ((1e-3, 5.0, 1.0), (1e-2, 50.0, 1.3), (1e-3, 200.0, 1.1)):
+        kw = dict(weights_are_one=True, tol=1e-12, max_sweeps=5000, omega=omega, sparse=True)
+        runs = []
+        for per_entry, slack, chunk in (
+            (0.0, 1.25, 1 << 22),
+            (np.inf, 1.25, 1 << 22),
+            (np.inf, 1.0, 5),
+        ):
+            with monkeypatch.context() as patch:
+                patch.setattr(sweeps, "CANDIDATE_TERMS_PER_ENTRY", per_entry)
+                patch.setattr(sweeps, "_ROW_SUM_SLACK", slack)
+                patch.setattr(sweeps, "TERMS_PER_CHUNK", chunk)
+                builds.clear()
+                runs.append(s_step(0.2 * Y, None, Y, C_off, blocks, gamma, rho, H, **kw))
+                runs[-1] += (list(builds),)
+        (csr, n_csr, b_csr), (cand, n_cand, b_cand), (tight, n_tight, b_tight) = runs
+        assert b_csr == [False] and b_cand[0] and len(b_tight) > 1  # the forms that ran
+        np.testing.assert_array_equal(cand, csr)
+        np.testing.assert_array_equal(tight, csr)
+        assert n_csr == n_cand == n_tight
+
+
 def test_sparse_spectral_matches_dense(noisy, monkeypatch):
     import adseg.consensus.sccbg as sccbg_module
 

@@ -98,14 +98,191 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     return S, sweeps
 
 
+TERMS_PER_CHUNK = 1 << 22
+"""Terms (one S value times one coupling) per chunk of a block's coupling sums in the sparse
+S-sweeps: their index and value arrays (~32 bytes a term) are about 128 MB, whatever S's
+density."""
+
+# slack of the row-sum bound behind the sparse sweeps' candidate entries: a larger one keeps
+# more candidates, a smaller one rebuilds them more often; neither changes a value
+_ROW_SUM_SLACK = 1.25
+# the candidates' sums are used while they cost at most this many terms a sweep per entry of
+# S (~20 ns a term against ~25 ns an entry for the CSR sweeps' dense passes); either form
+# gives the same values
+CANDIDATE_TERMS_PER_ENTRY = 1.0
+
+
+class _Entries:
+    """The entries of S that an S-step with W ≡ 1 may make non-zero, row-major: S's non-zeros,
+    Y's, and every (i, p) whose coupling bound s̄_i·max_q A_qp reaches ρH_ip/den_p (s̄_i ≥ the
+    row's sum of S while this set is used; S, A ≥ 0 make (S·A)_ip ≤ s_i·max_q A_qp). Any other
+    entry's update is clip(negative) = 0 and stays 0. Made by :meth:`build`."""
+
+    @classmethod
+    def build(cls, S, Y, H, scale, den, reach, row_bound, max_terms=None):
+        """The candidates, or None once their coupling sums would cost more than
+        ``max_terms`` terms a sweep (Σ_i |E_i|²). In row blocks (no u × k temporary): O(u k)
+        time, O(|E|) memory."""
+        u, k = S.shape
+        rows, cols, vals, hd, yv = [], [], [], [], []
+        terms = 0
+        for block in row_slices(u, k, 1 << 20):  # loop over row blocks
+            hd_b = H[block] * scale[None, :]  # ρH/den, the values the dense update uses
+            limit = (row_bound[block] * (1.0 + 1e-12))[:, None] * reach[None, :]
+            keep = hd_b <= limit
+            keep |= S[block] != 0
+            keep |= Y[block] != 0
+            terms += int(np.square(keep.sum(axis=1, dtype=np.int64)).sum())
+            if max_terms is not None and terms > max_terms:
+                return None
+            flat = np.flatnonzero(keep)
+            r, c = np.divmod(flat, k)
+            rows.append(r + block.start)
+            cols.append(c)
+            vals.append(S[block].ravel()[flat])
+            hd.append(hd_b.ravel()[flat])
+            yv.append(Y[block].ravel()[flat])
+        E = cls()
+        E.rows, E.cols = np.concatenate(rows), np.concatenate(cols)
+        E.s, E.hd = np.concatenate(vals), np.concatenate(hd)
+        y = np.concatenate(yv)
+        E.is_y = y != 0  # 2Y/den is added at Y's non-zeros only, as the dense update does
+        E.y_term = np.zeros(y.size)
+        E.y_term[E.is_y] = 2.0 * y[E.is_y] / den[E.cols[E.is_y]]
+        E.indptr = np.zeros(u + 1, dtype=np.int64)
+        np.cumsum(np.bincount(E.rows, minlength=u), out=E.indptr[1:])
+        E.row_bound, E._inputs = row_bound, (Y, H, scale, den, reach)
+        return E
+
+    def rebuilt(self, S, row_sums) -> _Entries:
+        """The candidates again, for S as it is now and a bound of ``_ROW_SUM_SLACK`` times
+        ``row_sums`` (no budget: correctness does not depend on it)."""
+        Y, H, scale, den, reach = self._inputs
+        return self.build(S, Y, H, scale, den, reach, _ROW_SUM_SLACK * row_sums)
+
+    def write_to(self, S) -> None:
+        S[self.rows, self.cols] = self.s
+
+
+def _coupling_sums(E, at, A_flat, k) -> np.ndarray:
+    """(S·A)_ip at the entries ``at`` of E, each a sum over its row's entries of E in column
+    order (S is zero elsewhere in the row): the order, hence the rounding, of a CSR × dense
+    product. Chunked to ``TERMS_PER_CHUNK`` terms."""
+    out = np.empty(at.size)
+    rows = E.rows[at]
+    counts = E.indptr[rows + 1] - E.indptr[rows]
+    ends = np.cumsum(counts)
+    first = 0
+    while first < at.size:  # loop over chunks of entries
+        last = int(np.searchsorted(ends, ends[first] - counts[first] + TERMS_PER_CHUNK, "right"))
+        last = max(last, first + 1)
+        cnt = counts[first:last]
+        total = int(cnt.sum())
+        offsets = np.cumsum(cnt) - cnt
+        f = np.repeat(E.indptr[rows[first:last]] - offsets, cnt) + np.arange(total)
+        terms = E.s[f] * A_flat[E.cols[f] * k + np.repeat(E.cols[at[first:last]], cnt)]
+        owner = np.repeat(np.arange(last - first), cnt)
+        out[first:last] = np.bincount(owner, weights=terms, minlength=last - first)
+        first = last
+    return out
+
+
+def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):
+    """The W ≡ 1 sweeps of :func:`s_step` while S is mostly exact zeros (float64; S updated in
+    place at the end).
+
+    The same projected-SOR coordinate update as :func:`_s_sweeps`, block by block,
+    new = clip(old + ω((2Y + 4γ S C_off − ρH)/den − old), 0, 1) with den = 2 + 4γ C_off 1,
+    regrouped as ω(S·A + 2Y/den − ρH/den) + (1 − ω)·old, A = 4γ C_off/den, S·A summed over
+    the row's non-zeros in column order (a CSR × dense product). Two exact forms, the same
+    values to the bit: on the candidate entries only (:class:`_Entries`; late in a run, when
+    ρ is large, ~1 % of u·k: O(Σ_i |E_i|²) a sweep, E_i a row's candidates) when their sums
+    cost fewer terms than S has entries, else with S as CSR (:func:`_s_sweeps_csr`,
+    O(nnz(S)·k + u k) a sweep). Returns (S, sweeps, finished): not finished when S filled in
+    past twice ``density`` (then S holds the state reached, for the dense sweeps to go on
+    from)."""
+    u, k = S.shape
+    den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
+    A = (4.0 * gamma) * C_off / den[None, :]
+    bound = _ROW_SUM_SLACK * S.sum(axis=1)
+    budget = CANDIDATE_TERMS_PER_ENTRY * u * k
+    E = _Entries.build(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
+    if E is None:
+        return _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density)
+    return _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density)
+
+
+def _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density):
+    """:func:`_s_sweeps_sparse` on the candidate entries ``E`` of S; every other entry provably
+    stays 0. O(|E|) memory besides the chunks' of :func:`_coupling_sums`."""
+    u, k = S.shape
+    block_of = np.empty(k, dtype=np.intp)
+    for b, J in enumerate(blocks):  # loop over base clusterings
+        block_of[J] = b
+    A_flat = A.ravel()
+    active = np.ones(u, dtype=bool)
+    n_active = u
+    sweeps = 0
+    finished = True  # max_sweeps spent counts as finished, as in the dense solver
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
+        on = active[E.rows]
+        if np.count_nonzero(E.s[on]) > 2.0 * density * n_active * k:
+            # filled in (the first S-step from S = Y): the dense sweeps take over these rows
+            sweeps -= 1
+            finished = False
+            break
+        row_delta = np.zeros(u)
+        for b in range(len(blocks)):  # loop over base clusterings
+            at = np.flatnonzero(on & (block_of[E.cols] == b))
+            x = _coupling_sums(E, at, A_flat, k)
+            x -= E.hd[at]
+            y_here = E.is_y[at]
+            x[y_here] += E.y_term[at[y_here]]
+            old = E.s[at]
+            was = np.flatnonzero(old)
+            if omega != 1.0:
+                x *= omega
+                x[was] += (1.0 - omega) * old[was]
+            np.clip(x, 0.0, 1.0, out=x)
+            change = x.copy()  # max_j |new − old| per row: new itself where old = 0
+            change[was] = np.abs(x[was] - old[was])
+            np.maximum.at(row_delta, E.rows[at], change)
+            E.s[at] = x
+            sums = np.bincount(E.rows, weights=E.s, minlength=u)
+            if np.any(sums[active] > E.row_bound[active]):  # outgrown: new candidates
+                E.write_to(S)
+                E = E.rebuilt(S, np.maximum(sums, E.row_bound))
+                on = active[E.rows]
+        done = active & (row_delta < tol)
+        if done.any():
+            active &= ~done
+            n_active = int(active.sum())
+            if n_active == 0:
+                break
+    E.write_to(S)
+    return S, sweeps, finished
+
+
 def _rows_cols(rows: np.ndarray, J):
     """Index of the sub-matrix rows × J (J a slice or an index array)."""
     return (rows, J) if isinstance(J, slice) else np.ix_(rows, J)
 
 
-def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):
-    """The W ≡ 1 sweeps of :func:`s_step` with S held as one CSR matrix per base clustering
-    (float64; S updated in place at the end).
+def _dense_to_csr(x: np.ndarray) -> sp.csr_matrix:
+    """``scipy.sparse.csr_matrix(x)`` of a C-ordered 2-D array (the same arrays, sorted
+    indices), from one pass of ``flatnonzero`` instead of the row and column index arrays of
+    ``nonzero``. O(size) time, O(nnz) memory."""
+    n, m = x.shape
+    flat = np.flatnonzero(x)
+    rows, cols = np.divmod(flat, m)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return sp.csr_matrix((x.reshape(-1)[flat], cols, indptr), shape=(n, m))
+
+
+def _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):
+    """:func:`_s_sweeps_sparse` with S held as one CSR matrix per base clustering, for the
+    steps where too many entries are candidates (float64; S updated in place at the end).
 
     The same projected-SOR coordinate update as :func:`_s_sweeps`, block by block,
     new = clip(old + ω((2Y + 4γ S C_off − ρH)/den − old), 0, 1) with den = 2 + 4γ C_off 1,
@@ -120,13 +297,14 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
     den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
     A = (4.0 * gamma) * C_off / den[None, :]
     Ab = [np.ascontiguousarray(A[:, J]) for J in blocks]
-    Hd = H * (rho / den)[None, :]
+    # ρH/den, one contiguous array per block (the values of H * (ρ/den), to the bit)
+    Hd = [H[:, J] * (rho / den[J])[None, :] for J in blocks]
     Sp = [sp.csr_matrix(S[:, J]) for J in blocks]
-    yterm = []  # (rows, cols, 2 Y/den) of each block's non-zeros of Y
+    yterm = []  # (flat index in the block, 2 Y/den) of each block's non-zeros of Y
     for J in blocks:  # loop over base clusterings
         Yb = Y[:, J]
         r, c = np.nonzero(Yb)
-        yterm.append((r, c, 2.0 * Yb[r, c] / den[J][c]))
+        yterm.append((r * Yb.shape[1] + c, 2.0 * Yb[r, c] / den[J][c]))
     active = np.arange(u)
     sweeps = 0
     finished = True  # max_sweeps spent counts as finished, as in the dense solver
@@ -137,25 +315,25 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
             finished = False
             break
         row_delta = np.zeros(active.size)
-        for b, J in enumerate(blocks):  # loop over base clusterings
+        for b in range(len(blocks)):  # loop over base clusterings
             x = sp.hstack(Sp, format="csr") @ Ab[b]  # ua × k_b, dense
-            x -= Hd[:, J]
-            r, c, v = yterm[b]
-            x[r, c] += v
+            x -= Hd[b]
+            flat = x.reshape(-1)  # a view: the block's entries by flat index
+            at, v = yterm[b]
+            flat[at] += v
             P = Sp[b]  # the block's old values (zero outside P's pattern)
-            pr = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
-            pc = P.indices
+            was = np.repeat(np.arange(P.shape[0]) * x.shape[1], np.diff(P.indptr)) + P.indices
             if omega != 1.0:
                 x *= omega
-                x[pr, pc] += (1.0 - omega) * P.data
+                flat[was] += (1.0 - omega) * P.data
             np.clip(x, 0.0, 1.0, out=x)
             # max_j |new − old| per row: new itself where old = 0 (new ≥ 0)
-            kept = x[pr, pc]
-            x[pr, pc] = np.abs(kept - P.data)
+            kept = flat[was]
+            flat[was] = np.abs(kept - P.data)
             np.maximum(row_delta, x.max(axis=1, initial=0.0), out=row_delta)
-            x[pr, pc] = kept
-            Sp[b] = sp.csr_matrix(x)
-            del x
+            flat[was] = kept
+            Sp[b] = _dense_to_csr(x)
+            del x, flat
         done = row_delta < tol
         if done.any():
             rows = active[done]
@@ -167,10 +345,12 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
                 break
             new_index = np.cumsum(keep) - 1
             Sp = [P[keep] for P in Sp]
-            Hd = Hd[keep]
-            for b, (r, c, v) in enumerate(yterm):  # loop over base clusterings
+            Hd = [Hb[keep] for Hb in Hd]
+            for b, (at, v) in enumerate(yterm):  # loop over base clusterings
+                width = Hd[b].shape[1]
+                r, c = np.divmod(at, width)
                 on = keep[r]
-                yterm[b] = (new_index[r[on]], c[on], v[on])
+                yterm[b] = (new_index[r[on]] * width + c[on], v[on])
     if active.size:
         for P, J in zip(Sp, blocks, strict=True):  # loop over base clusterings
             S[_rows_cols(active, J)] = P.toarray()
