@@ -149,8 +149,7 @@ class _Entries:
         E.is_y = y != 0  # 2Y/den is added at Y's non-zeros only, as the dense update does
         E.y_term = np.zeros(y.size)
         E.y_term[E.is_y] = 2.0 * y[E.is_y] / den[E.cols[E.is_y]]
-        E.indptr = np.zeros(u + 1, dtype=np.int64)
-        np.cumsum(np.bincount(E.rows, minlength=u), out=E.indptr[1:])
+        E.indptr = _row_pointer(E.rows, u)
         E.row_bound, E._inputs = row_bound, (Y, H, scale, den, reach)
         return E
 
@@ -275,9 +274,14 @@ def _dense_to_csr(x: np.ndarray) -> sp.csr_matrix:
     n, m = x.shape
     flat = np.flatnonzero(x)
     rows, cols = np.divmod(flat, m)
+    return sp.csr_matrix((x.reshape(-1)[flat], cols, _row_pointer(rows, n)), shape=(n, m))
+
+
+def _row_pointer(rows: np.ndarray, n: int) -> np.ndarray:
+    """CSR's ``indptr`` (n + 1,) of entries whose sorted row indices are ``rows``."""
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    return sp.csr_matrix((x.reshape(-1)[flat], cols, indptr), shape=(n, m))
+    return indptr
 
 
 def _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):

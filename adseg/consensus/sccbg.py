@@ -217,10 +217,11 @@ def s_step(
 
     ``sparse`` (W ≡ 1): when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero (the
     clipping makes exact zeros; late in a run ~1 % remain), all sweeps run in float64 with the
-    coupling products from sparse copies of S: O(nnz(S)·k + u k) per sweep instead of O(u k²).
-    Same stopping rule, same minimiser; the rounding (summation order) differs from the dense
-    GEMM's. Cost otherwise O(u k²) per sweep; memory a few u × k arrays (float32 copies when
-    ``coarse_tol`` is set).
+    coupling products from sparse copies of S: O(nnz(S)·k + u k) per sweep instead of O(u k²),
+    or, when ρ is large enough for a bound to rule out most entries, on the remaining candidate
+    entries only (``_s_sweeps_sparse``; the same values). Same stopping rule, same minimiser;
+    the rounding (summation order) differs from the dense GEMM's. Cost otherwise O(u k²) per
+    sweep; memory a few u × k arrays (float32 copies when ``coarse_tol`` is set).
     """
     sweeps = 0
     if sparse and weights_are_one and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
