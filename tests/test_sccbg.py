@@ -280,6 +280,33 @@ def test_s_step_decreases_surrogate_is_a_fixed_point_and_is_unique(noisy):
         np.testing.assert_allclose(S[i], ref.x, atol=1e-5)
 
 
+@pytest.mark.parametrize("sparse_share", [0.0, 1.0])  # GEMMs; sparse products
+def test_the_w_steps_products_kept_up_to_date_equal_fresh_ones(sparse_share, monkeypatch):
+    """The W-step starts from its sure-rows test's products (those of W ≡ 1) and adds what
+    1 − W and each block's change of W do: the products of the stacked [W, S⊙W, S²⊙W] made
+    afresh, to rounding, whether the changes go by GEMMs or by sparse products."""
+    from adseg.consensus import _sccbg_sweeps as sweeps
+
+    monkeypatch.setattr(sweeps, "_SPARSE_CHANGE", sparse_share)
+    rng = np.random.default_rng(6)
+    u, k = 200, 30
+    S = rng.random((u, k))
+    S2 = S * S
+    C_off = rng.integers(0, 50, size=(k, k)).astype(float)
+    C_off = np.triu(C_off, 1) + np.triu(C_off, 1).T
+    W = np.where(rng.random((u, k)) < 0.03, rng.random((u, k)), 1.0)
+    P = np.stack([np.broadcast_to(C_off.sum(axis=0), (u, k)), S @ C_off, S2 @ C_off])
+    sweeps._spread(P, W - 1.0, S, S2, C_off)
+    fresh = np.stack([W @ C_off, (S * W) @ C_off, (S2 * W) @ C_off])
+    np.testing.assert_allclose(P, fresh, rtol=1e-12, atol=1e-9)
+    J = slice(10, 17)  # one block's change
+    W2 = W.copy()
+    W2[:, J] = np.where(rng.random((u, 7)) < 0.05, 0.0, W[:, J])
+    sweeps._spread(P, W2[:, J] - W[:, J], S[:, J], S2[:, J], C_off[J])
+    fresh = np.stack([W2 @ C_off, (S * W2) @ C_off, (S2 * W2) @ C_off])
+    np.testing.assert_allclose(P, fresh, rtol=1e-12, atol=1e-9)
+
+
 def test_w_step_does_not_increase_the_objective(noisy):
     labels, _ = noisy
     Y, C, C_off, blocks, _ = setup(labels)

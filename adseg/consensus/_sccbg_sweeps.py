@@ -391,11 +391,12 @@ def w_step(
     W_i ≡ 1 are set directly: g is increasing in W, so g(W) ≤ g(1), and where
     2A² + 2γ g(1) < λ for every entry of the row the first exact sweep sets it to all ones.
 
-    Cost: the "sure" test two u × k × k GEMMs, then per sweep three GEMMs (ua × k × k, ua the
-    rows still moving) and ~20 elementwise passes over ua × k, all float64; memory about seven
-    u × k float64 arrays (the stacked products and the active rows' copies). At n = 100,000,
-    k = 680 one call took ~27 CPU s (docs/algorithms/sccbg.md). The rows go in blocks of about
-    ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k.
+    Cost: the "sure" test two u × k × k GEMMs, whose products (W ≡ 1's) the sweeps then keep up
+    to date as W changes (:func:`_spread`: sparse products of the changed entries, O(nnz(ΔW)·k),
+    or GEMMs where more than ``_SPARSE_CHANGE`` of a block's entries change), and per sweep ~20
+    elementwise passes over ua × k (ua the rows still moving), all float64; memory about seven
+    u × k float64 arrays (the stacked products and the active rows' copies). The rows go in
+    blocks of about ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k.
     """
     sweeps = 0
     for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
@@ -412,7 +413,9 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
     blocks = _block_slices(blocks)
     A2 = (S - Y) ** 2
     S2 = S * S
-    g1 = np.maximum(S2 * C_off.sum(axis=0) - 2.0 * S * (S @ C_off) + S2 @ C_off, 0.0)
+    colsum = C_off.sum(axis=0)
+    SC, S2C = S @ C_off, S2 @ C_off
+    g1 = np.maximum(S2 * colsum - 2.0 * S * SC + S2C, 0.0)
     sure = np.all(2.0 * A2 + 2.0 * gamma * g1 < lam, axis=1)
     del g1
     W[sure] = 1.0
@@ -423,21 +426,20 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
         Sa, S2a, A2a, Wa = S, S2, A2, W
     else:  # the moving rows' copies; the full A2 and S2 go
         Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
+        SC, S2C = SC[active], S2C[active]
     del A2, S2
-    # T[0] = W, T[1] = S⊙W, T[2] = S²⊙W on the active rows; one stacked GEMM per block.
-    T = np.empty((3, active.size, k))
-    T[0] = Wa
-    np.multiply(Sa, Wa, out=T[1])
-    np.multiply(S2a, Wa, out=T[2])
+    # P = [W·C, (S⊙W)·C, (S²⊙W)·C] on the active rows: the test's products for W ≡ 1, less
+    # those of 1 − W (sparse), then kept up to date as each block changes W
+    P = np.empty((3, active.size, k))
+    P[0], P[1], P[2] = colsum, SC, S2C
+    del SC, S2C
+    _spread(P, Wa - 1.0, Sa, S2a, C_off)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
-        ua = active.size
-        row_delta = np.zeros(ua)
-        flat = T.reshape(3 * ua, k)
+        row_delta = np.zeros(active.size)
         for J in blocks:  # loop over base clusterings
-            P = (flat @ C_off[:, J]).reshape(3, ua, -1)
-            Sj = Sa[:, J]
-            g = np.maximum(S2a[:, J] * P[0] - 2.0 * Sj * P[1] + P[2], 0.0)
+            Sj, S2j = Sa[:, J], S2a[:, J]
+            g = np.maximum(S2j * P[0][:, J] - 2.0 * Sj * P[1][:, J] + P[2][:, J], 0.0)
             num = lam - 2.0 * gamma * g
             den = 2.0 * A2a[:, J]
             old = Wa[:, J]
@@ -447,11 +449,10 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
                     np.clip(num / den, 0.0, 1.0),
                     np.where(num > 0, 1.0, np.where(num < 0, 0.0, old)),
                 )
-            np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
+            change = new - old
+            np.maximum(row_delta, np.abs(change).max(axis=1), out=row_delta)
+            _spread(P, change, Sj, S2j, C_off[J])
             Wa[:, J] = new
-            T[0][:, J] = new
-            T[1][:, J] = Sj * new
-            T[2][:, J] = S2a[:, J] * new
         done = row_delta < tol
         if done.any():
             W[active[done]] = Wa[done]
@@ -464,7 +465,32 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
             S2a = S2a[keep]
             A2a = A2a[keep]
             Wa = Wa[keep]
-            T = T[:, keep]
+            P = P[:, keep]
     if active.size and Wa is not W:
         W[active] = Wa
     return W, sweeps
+
+
+# share of a block's entries above which a change of W reaches the products by GEMMs rather
+# than by sparse products of the changed entries
+_SPARSE_CHANGE = 0.05
+
+
+def _spread(P, change, S, S2, C_rows) -> None:
+    """Add to the W-step's products P (3, ua, k) what a change of W on some columns does:
+    P[0] += ΔW·C_rows, P[1] += (S⊙ΔW)·C_rows, P[2] += (S²⊙ΔW)·C_rows, with ``change`` (ua ×
+    k_J) ΔW, ``S`` and ``S2`` those columns of S and S², ``C_rows`` (k_J × k) their rows of
+    C_off. O(nnz(ΔW)·k + rows changed · k) with sparse products while few entries change (the
+    W-steps change ~0.3 % of W), else three ua × k_J × k GEMMs."""
+    r, c = np.nonzero(change)
+    if r.size == 0:
+        return
+    if r.size > _SPARSE_CHANGE * change.size:
+        for i, term in enumerate((change, S * change, S2 * change)):
+            P[i] += term @ C_rows
+        return
+    rows, inverse = np.unique(r, return_inverse=True)
+    d = change[r, c]
+    for i, values in enumerate((d, S[r, c] * d, S2[r, c] * d)):
+        M = sp.csr_matrix((values, (inverse, c)), shape=(rows.size, change.shape[1]))
+        P[i, rows] += M @ C_rows
