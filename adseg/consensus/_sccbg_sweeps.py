@@ -207,7 +207,7 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
     budget = CANDIDATE_TERMS_PER_ENTRY * u * k
     E = _Entries.build(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
     if E is None:
-        return _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density)
+        return _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)
     return _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density)
 
 
@@ -219,6 +219,12 @@ def _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density):
     for b, J in enumerate(blocks):  # loop over base clusterings
         block_of[J] = b
     A_flat = A.ravel()
+
+    def by_block(E) -> list[np.ndarray]:  # each block's entries of E, in E's order
+        of_entry = block_of[E.cols]
+        return [np.flatnonzero(of_entry == b) for b in range(len(blocks))]
+
+    in_block = by_block(E)
     active = np.ones(u, dtype=bool)
     n_active = u
     sweeps = 0
@@ -232,7 +238,7 @@ def _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density):
             break
         row_delta = np.zeros(u)
         for b in range(len(blocks)):  # loop over base clusterings
-            at = np.flatnonzero(on & (block_of[E.cols] == b))
+            at = in_block[b][on[in_block[b]]]
             x = _coupling_sums(E, at, A_flat, k)
             x -= E.hd[at]
             y_here = E.is_y[at]
@@ -251,7 +257,7 @@ def _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density):
             if np.any(sums[active] > E.row_bound[active]):  # outgrown: new candidates
                 E.write_to(S)
                 E = E.rebuilt(S, np.maximum(sums, E.row_bound))
-                on = active[E.rows]
+                on, in_block = active[E.rows], by_block(E)
         done = active & (row_delta < tol)
         if done.any():
             active &= ~done
@@ -284,9 +290,10 @@ def _row_pointer(rows: np.ndarray, n: int) -> np.ndarray:
     return indptr
 
 
-def _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):
+def _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density):
     """:func:`_s_sweeps_sparse` with S held as one CSR matrix per base clustering, for the
-    steps where too many entries are candidates (float64; S updated in place at the end).
+    steps where too many entries are candidates (float64; S updated in place at the end); ``A``
+    and ``den`` as that function makes them.
 
     The same projected-SOR coordinate update as :func:`_s_sweeps`, block by block,
     new = clip(old + ω((2Y + 4γ S C_off − ρH)/den − old), 0, 1) with den = 2 + 4γ C_off 1,
@@ -298,8 +305,6 @@ def _s_sweeps_csr(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, de
     ``density`` (then S holds the state reached, for the dense sweeps to go on from)."""
     u, k = S.shape
     blocks = _block_slices(blocks)
-    den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
-    A = (4.0 * gamma) * C_off / den[None, :]
     Ab = [np.ascontiguousarray(A[:, J]) for J in blocks]
     # ρH/den, one contiguous array per block (the values of H * (ρ/den), to the bit)
     Hd = [H[:, J] * (rho / den[J])[None, :] for J in blocks]
