@@ -31,7 +31,7 @@ demo: $(BIN)/adseg
 # one BLAS thread per process: CI and developer machines are small and shared, and threaded BLAS
 # spin-waits badly under load (20x slower dense eigensolvers measured)
 test: $(BIN)/adseg
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --maxprocesses=4
 
 lint: $(BIN)/adseg
 	$(BIN)/ruff check adseg adseg_research tests benchmarks

@@ -70,14 +70,43 @@ def _reset_postgres(url: str):
     return engine
 
 
+@pytest.fixture(scope="session")
+def postgres_url():
+    """$ADSEG_TEST_POSTGRES_URL, or None. Under pytest-xdist (``make test`` runs the tests on
+    several workers) each worker gets a database of its own, ``<database>_<worker>``, created
+    beside the configured one (its role needs CREATEDB, as scripts/ci_postgres.sh grants):
+    the tests wipe their database, so workers must not share one."""
+    url = os.environ.get(POSTGRES_ENV)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not url or not worker:
+        return url
+    from sqlalchemy import make_url
+
+    from adseg.store.engine import make_engine
+
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    engine = make_engine(base.render_as_string(hide_password=False))
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
+            ).first()
+            if exists is None:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
+def db_url(request, tmp_path, postgres_url):
     """A URL to an EMPTY database: a fresh SQLite file, or the PostgreSQL test server wiped clean
     (skipped with a reason when $ADSEG_TEST_POSTGRES_URL is not set)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'adseg.db'}"
         return
-    url = os.environ.get(POSTGRES_ENV)
+    url = postgres_url
     if not url:
         pytest.skip(
             f"PostgreSQL tests need ${POSTGRES_ENV} (CI sets it; see docs/operations-setup.md)"
