@@ -9,7 +9,8 @@ cluster and 10 % of the entries set to -1 (seeded). At n = 100,000 88 % of the r
 Each fit runs in its own subprocess (``--worker``), which reports the fit's wall seconds, its
 process CPU seconds, the peak RSS of the process (``ru_maxrss``: interpreter, data and fit) and
 the RSS before the fit; ``load`` is the 1-minute load average when the fit ended (the machine has
-2 cores shared with other work: compare CPU seconds). One BLAS thread throughout.
+2 cores shared with other work: compare CPU seconds). One BLAS thread per call throughout;
+``--n-jobs N`` gives sccbg N threads (``n_jobs``: its row blocks solved side by side).
 
 ``--paths dense`` runs the fusers with their large-input paths off (sccbg ``sparse=False``, rcec
 ``mixed_precision=False``): the numerical path of the code before issue 40's change, on today's
@@ -67,17 +68,18 @@ def nightly_like(n: int, c_true: int = 80, views=VIEWS, relabel=0.3, missing=0.1
     return np.column_stack(cols).astype(np.int64), z
 
 
-def make(fuser: str, k: int, dense: bool):
+def make(fuser: str, k: int, dense: bool, n_jobs: int = 1):
     if fuser == "sccbg":
         from adseg.consensus.sccbg import SCCBG
 
-        return SCCBG(k, random_state=SEED, **({"sparse": False} if dense else {}))
+        extra = {"sparse": False} if dense else {}
+        return SCCBG(k, random_state=SEED, n_jobs=n_jobs, **extra)
     from adseg.consensus.rcec import RCEC
 
     return RCEC(k, random_state=SEED, **({"mixed_precision": False} if dense else {}))
 
 
-def worker(fuser: str, n: int, k: int, dense: bool) -> None:
+def worker(fuser: str, n: int, k: int, dense: bool, n_jobs: int) -> None:
     """Child process: one fit, one JSON line on stdout."""
     import warnings
 
@@ -85,7 +87,7 @@ def worker(fuser: str, n: int, k: int, dense: bool) -> None:
 
     labels, z = nightly_like(n)
     before = proc_kib("VmRSS") / 1024
-    est = make(fuser, k, dense)
+    est = make(fuser, k, dense, n_jobs)
     t, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -97,6 +99,7 @@ def worker(fuser: str, n: int, k: int, dense: bool) -> None:
         n=n,
         k=k,
         paths="dense" if dense else "default",
+        n_jobs=n_jobs if fuser == "sccbg" else 1,
         distinct_rows=int(np.unique(labels, axis=0).shape[0]),
         input_clusters=int(sum(np.unique(c[c >= 0]).size for c in labels.T)),
         seconds=seconds,
@@ -111,8 +114,9 @@ def worker(fuser: str, n: int, k: int, dense: bool) -> None:
     print(json.dumps(row), flush=True)
 
 
-def run_fit(fuser, n, k, dense, log) -> dict:
+def run_fit(fuser, n, k, dense, n_jobs, log) -> dict:
     cmd = [sys.executable, __file__, "--worker", fuser, str(n), str(k), str(int(dense))]
+    cmd.append(str(n_jobs))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{fuser} n={n} k={k} failed: {proc.stderr[-2000:]}")
@@ -166,7 +170,7 @@ def agreement(log) -> list[dict]:
 
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), bool(int(sys.argv[5])))
+        worker(*sys.argv[2:3], *map(int, sys.argv[3:5]), bool(int(sys.argv[5])), int(sys.argv[6]))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[20000, 100000])
@@ -176,6 +180,7 @@ def main(argv=None) -> None:
     p.add_argument("--agreement", action="store_true", help="ACC/NMI of both paths on pools")
     p.add_argument("--quick", action="store_true", help="write fusers_100k_quick.md")
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--n-jobs", type=int, default=1, help="sccbg's threads (n_jobs)")
     args = p.parse_args(argv)
     out = args.output or (RESULTS.with_name("fusers_100k_quick.md") if args.quick else RESULTS)
     t0 = time.perf_counter()
@@ -192,7 +197,7 @@ def main(argv=None) -> None:
             for k in args.ks:
                 for fuser in args.fusers:
                     for dense in paths:
-                        rows.append(run_fit(fuser, n, k, dense, log))
+                        rows.append(run_fit(fuser, n, k, dense, args.n_jobs, log))
                         # after every fit, so that a run cut short still leaves its rows
                         report(out, rows, agree, argv)
     report(out, rows, agree, argv)
@@ -204,7 +209,8 @@ def report(out: Path, rows: list[dict], agree: list[dict], argv) -> None:
     lines = [
         "# sccbg and rcec at n = 20,000 and 100,000 (issue 40)",
         "",
-        f"Date: {stamp}. Machine: {platform.platform()}, nproc={os.cpu_count()}, one BLAS thread; "
+        f"Date: {stamp}. Machine: {platform.platform()}, nproc={os.cpu_count()}, one BLAS thread "
+        "per call (sccbg's `n_jobs` threads each run their own); "
         f"load (1/5/15 min) at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.",
         "",
         f"Command: `{recorded_command('fusers_100k.py', sys.argv[1:] if argv is None else argv)}`",
@@ -216,13 +222,14 @@ def report(out: Path, rows: list[dict], agree: list[dict], argv) -> None:
             "relabelled, 10 % missing, 80 planted groups; k = segments requested. Each row is "
             "one subprocess.",
             "",
-            "| fuser | n | k | paths | distinct rows | input clusters | wall s | CPU s |"
+            "| fuser | n | k | paths | n_jobs | distinct rows | input clusters | wall s | CPU s |"
             " peak RSS MiB | RSS before | ACC | NMI | iters | load (1 min) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             lines.append(
-                f"| {r['fuser']} | {r['n']:,} | {r['k']} | {r['paths']} | {r['distinct_rows']:,} |"
+                f"| {r['fuser']} | {r['n']:,} | {r['k']} | {r['paths']} | {r['n_jobs']} |"
+                f" {r['distinct_rows']:,} |"
                 f" {r['input_clusters']} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} |"
                 f" {r['peak_rss_mib']:.0f} | {r['rss_before_mib']:.0f} | {r['acc']:.3f} |"
                 f" {r['nmi']:.3f} | {r['n_iter']} | {r['load']:.1f} |"

@@ -692,6 +692,40 @@ def test_sparse_s_step_reaches_the_dense_minimiser(noisy, monkeypatch):
                 assert n_got == n_ref
 
 
+def test_sparse_s_step_in_row_blocks_on_threads(noisy, monkeypatch):
+    """The sparse S-step solves each row block on its own: in blocks of 20 rows each block's
+    rows get the one-block values to the bit (the sparse sums are row by row), and 3 threads
+    give the 1 thread values; with a threshold that sends the denser first block to the dense
+    sweeps (and filled-in blocks back to them), still the same minimiser."""
+    import adseg.consensus.sccbg as sccbg_module
+    from adseg.consensus._base import row_slices
+
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    S0 = 0.2 * Y
+    more = np.random.default_rng(3).random((20, Y.shape[1])) < 0.4
+    S0[:20] = np.clip(Y[:20] + 0.1 * more, 0, 1)  # a denser first block (~50 % non-zero)
+    kw = dict(weights_are_one=True, tol=1e-12, max_sweeps=5000, omega=1.3, sparse=True)
+    for density, exact in ((1.0, True), (0.3, False)):
+        monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", density)
+        whole, n_whole = s_step(S0.copy(), None, Y, C_off, blocks, 1e-2, 50.0, H, **kw)
+        with monkeypatch.context() as patch:
+            patch.setattr(sccbg_module, "_row_blocks", lambda shape: row_slices(*shape, 20 * 31))
+            assert len(sccbg_module._row_blocks(Y.shape)) == 3
+            one, n_one = s_step(S0.copy(), None, Y, C_off, blocks, 1e-2, 50.0, H, **kw)
+            three, n_three = s_step(
+                S0.copy(), None, Y, C_off, blocks, 1e-2, 50.0, H, threads=3, **kw
+            )
+        assert np.array_equal(three, one) and n_three == n_one
+        if exact:
+            assert np.array_equal(one, whole) and n_one == n_whole
+        else:
+            np.testing.assert_allclose(one, whole, atol=1e-10)
+            np.testing.assert_array_equal(one == 0, whole == 0)
+
+
 def test_sparse_sweeps_coupling_sums_are_a_csr_products_to_the_bit(monkeypatch):
     """The sparse sweeps compute (S·A)_ip only at their candidate entries, summing over the
     row's candidates in column order: the values of scipy's CSR × dense product, to the bit,
@@ -856,3 +890,52 @@ def test_row_blocks_give_the_whole_steps_results(monkeypatch, weights_are_one):
     # the GEMMs on fewer rows may round otherwise (a few 1e-12 seen): far below the sweeps' tol
     np.testing.assert_allclose(W2, W1, rtol=0, atol=1e-10)
     np.testing.assert_allclose(S2, S1, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("weights_are_one", [True, False])
+def test_threads_give_the_one_threads_results_to_the_bit(monkeypatch, weights_are_one):
+    """The row blocks of the W- and S-steps solved on 3 threads: the same values and sweep
+    counts as on one, to the bit (each block is solved as it would be alone)."""
+    import adseg.consensus._sccbg_sweeps as module
+
+    monkeypatch.setattr(module, "ROW_BLOCK_VALUES", 1)  # 256-row blocks: 4 of them
+    rng = np.random.default_rng(9)
+    labels = np.column_stack([rng.integers(0, k, 1000) for k in (4, 6, 5, 7)])
+    Y, _, C_off, blocks, _ = setup(labels)
+    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
+    W = np.ones_like(Y) if weights_are_one else rng.uniform(0.2, 1, size=Y.shape)
+    H = rng.uniform(0, 0.5, size=Y.shape)
+    results = []
+    for threads in (1, 3):
+        Wn, w_sweeps = w_step(S, W.copy(), Y, C_off, blocks, 0.5, 2e-3, tol=1e-10, threads=threads)
+        Sn, s_sweeps = s_step(
+            S.copy(), W, Y, C_off, blocks, 2e-3, 0.7, H, weights_are_one=weights_are_one,
+            tol=1e-9, max_sweeps=300, omega=1.3, coarse_tol=1e-4, threads=threads,
+        )  # fmt: skip
+        results.append((Wn, w_sweeps, Sn, s_sweeps))
+    (W1, w1, S1, s1), (W3, w3, S3, s3) = results
+    assert (w1, s1) == (w3, s3)
+    assert not np.array_equal(W1, W) or weights_are_one  # the W-step did change W
+    assert np.array_equal(W3, W1) and np.array_equal(S3, S1)
+
+
+def test_n_jobs_is_checked_and_gives_the_same_fit(monkeypatch):
+    """n_jobs follows scikit-learn's convention; a fit whose W-steps run (γ large enough) on 3
+    threads over 256-row blocks equals the one-thread fit to the bit."""
+    import adseg.consensus._sccbg_sweeps as module
+
+    monkeypatch.setattr(module, "ROW_BLOCK_VALUES", 1)
+    rng = np.random.default_rng(5)
+    truth = rng.integers(0, 3, 900)
+    noisy = rng.random((900, 8)) < 0.3  # 30 % of each clustering's labels at random
+    labels = np.where(noisy, rng.integers(0, 4, (900, 8)), truth[:, None])
+    one = SCCBG(3, gamma=1e-2, random_state=0).fit(labels)
+    three = SCCBG(3, gamma=1e-2, n_jobs=3, random_state=0).fit(labels)
+    assert one.n_unique_rows_ > 512  # three row blocks or more
+    assert (one.min_edge_weights_ < 1).any()  # the W-step ran
+    np.testing.assert_array_equal(three.labels_, one.labels_)
+    assert np.array_equal(three.graph_, one.graph_)
+    assert np.array_equal(three.min_edge_weights_, one.min_edge_weights_)
+    for bad, error in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="n_jobs"):
+            SCCBG(3, n_jobs=bad).fit(labels)

@@ -10,6 +10,7 @@ column" (an advertiser with too few samples in that view, say).
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,6 +42,35 @@ def row_slices(n_rows: int, n_cols: int, values: int, min_rows: int = 1) -> list
     temporaries are a block's, not the whole array's."""
     step = max(min_rows, values // max(n_cols, 1))
     return [slice(r, min(r + step, n_rows)) for r in range(0, n_rows, step)]
+
+
+def resolve_threads(n_jobs) -> int:
+    """Threads for a fuser's ``n_jobs`` (scikit-learn's convention): None or 1 → 1, a positive
+    int → that many, -1 → every CPU this process may use, -2 → all but one, and so on."""
+    if n_jobs is None:
+        return 1
+    if isinstance(n_jobs, bool | np.bool_) or not isinstance(n_jobs, numbers.Integral):
+        raise TypeError(f"n_jobs must be an integer or None; got {n_jobs!r}.")
+    if n_jobs == 0:
+        raise ValueError("n_jobs must not be 0 (None or 1: one thread; -1: every CPU).")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return int(n_jobs) if n_jobs > 0 else max(1, (cpus or 1) + 1 + int(n_jobs))
+
+
+def map_threads(fn, items, threads: int) -> list:
+    """``[fn(x) for x in items]``, on ``threads`` threads when more than one (numpy's array
+    operations and BLAS release the GIL), with BLAS held to one thread meanwhile so that the
+    threads do not each start a BLAS pool. Results in the order of ``items``; ``fn`` must only
+    write what its own item owns (a row block, say)."""
+    items = list(items)
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
 
 
 def check_labels(labels, *, name: str = "labels") -> np.ndarray:

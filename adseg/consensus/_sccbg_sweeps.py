@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from adseg.consensus._base import row_slices
+from adseg.consensus._base import map_threads, row_slices
 
 _DEN_EPS = 1e-12
 
@@ -186,7 +186,14 @@ def _coupling_sums(E, at, A_flat, k) -> np.ndarray:
     return out
 
 
-def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, density):
+def _coupling(C_off, gamma) -> tuple[np.ndarray, np.ndarray]:
+    """(den (k,), A (k × k)) of the sparse S-sweeps: den = 2 + 4γ C_off 1 and A = 4γ C_off/den,
+    made once per S-step for all its row blocks. O(k²)."""
+    den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
+    return den, (4.0 * gamma) * C_off / den[None, :]
+
+
+def _s_sweeps_sparse(S, Y, coupling, blocks, rho, H, tol, max_sweeps, omega, density):
     """The W ≡ 1 sweeps of :func:`s_step` while S is mostly exact zeros (float64; S updated in
     place at the end).
 
@@ -201,8 +208,7 @@ def _s_sweeps_sparse(S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega,
     past twice ``density`` (then S holds the state reached, for the dense sweeps to go on
     from)."""
     u, k = S.shape
-    den = 2.0 + 4.0 * gamma * C_off.sum(axis=0)
-    A = (4.0 * gamma) * C_off / den[None, :]
+    den, A = coupling
     bound = _ROW_SUM_SLACK * S.sum(axis=1)
     budget = CANDIDATE_TERMS_PER_ENTRY * u * k
     E = _Entries.build(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
@@ -382,7 +388,7 @@ def _row_blocks(shape: tuple[int, int]) -> list[slice]:
 
 
 def w_step(
-    S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100
+    S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100, threads=1
 ) -> tuple[np.ndarray, int]:
     """Paper Eq. 9 (spec §3.1): exact block coordinate descent on the non-convex box QPs of all rows
     at once, warm-started from W (modified in place and returned with the sweep count).
@@ -401,15 +407,16 @@ def w_step(
     or GEMMs where more than ``_SPARSE_CHANGE`` of a block's entries change), and per sweep ~20
     elementwise passes over ua × k (ua the rows still moving), all float64; memory about seven
     u × k float64 arrays (the stacked products and the active rows' copies). The rows go in
-    blocks of about ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k.
+    blocks of about ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k;
+    ``threads`` > 1 solves them on that many threads (the same values to the bit).
     """
-    sweeps = 0
-    for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
-        _, done = _w_step_rows(
-            S[rows], W[rows], Y[rows], C_off, blocks, lam, gamma, tol, max_sweeps
-        )  # W[rows] is a view: updated in place
-        sweeps = max(sweeps, done)
-    return W, sweeps
+
+    def solve(rows) -> int:  # W[rows] is a view: updated in place
+        args = (C_off, blocks, lam, gamma, tol, max_sweeps)
+        return _w_step_rows(S[rows], W[rows], Y[rows], *args)[1]
+
+    # rows are independent problems: a block at a time
+    return W, max(map_threads(solve, _row_blocks(S.shape), threads))
 
 
 def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[np.ndarray, int]:

@@ -34,9 +34,12 @@ from adseg.consensus._base import (
     check_flag,
     check_integer,
     check_real,
+    map_threads,
     relabel,
+    resolve_threads,
 )
 from adseg.consensus._sccbg_sweeps import (
+    _coupling,
     _row_blocks,
     _s_sweeps,
     _s_sweeps_sparse,
@@ -199,6 +202,7 @@ def s_step(
     omega=1.0,
     coarse_tol=None,
     sparse=False,
+    threads=1,
 ) -> tuple[np.ndarray, int]:
     """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
     at once, warm-started from S (modified in place and returned with the sweep count).
@@ -215,47 +219,53 @@ def s_step(
     float64 sweeps decide convergence, so the result meets the same stopping rule and the
     minimiser is the same (the problem is convex); only the path to it changes.
 
-    ``sparse`` (W ≡ 1): when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero (the
-    clipping makes exact zeros; late in a run ~1 % remain), all sweeps run in float64 with the
-    coupling products from sparse copies of S: O(nnz(S)·k + u k) per sweep instead of O(u k²),
-    or, when ρ is large enough for a bound to rule out most entries, on the remaining candidate
-    entries only (``_s_sweeps_sparse``; the same values). Same stopping rule, same minimiser;
-    the rounding (summation order) differs from the dense GEMM's. Cost otherwise O(u k²) per
-    sweep; memory a few u × k arrays (float32 copies when ``coarse_tol`` is set).
+    The rows go in blocks of about ``ROW_BLOCK_VALUES`` entries, each solved on its own;
+    ``threads`` > 1 solves the blocks on that many threads (the same values to the bit).
+
+    ``sparse`` (W ≡ 1): in a row block where fewer than ``SPARSE_DENSITY`` of S's entries are
+    non-zero (the clipping makes exact zeros; late in a run ~1 % remain), all sweeps run in
+    float64 with the coupling products from sparse copies of S: O(nnz(S)·k + u k) per sweep
+    instead of O(u k²), or, when ρ is large enough for a bound to rule out most entries, on the
+    remaining candidate entries only (``_s_sweeps_sparse``; the same values). Same stopping
+    rule, same minimiser; the rounding (summation order) differs from the dense GEMM's. Cost
+    otherwise O(u k²) per sweep; memory a few u × k arrays, and a block's working arrays per
+    thread (float32 copies when ``coarse_tol`` is set).
     """
-    sweeps = 0
-    if sparse and weights_are_one and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
-        # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs; when
-        # S fills in (the first S-step from S = Y), the dense sweeps below take over
-        _, sweeps, finished = _s_sweeps_sparse(
-            S, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega, SPARSE_DENSITY
-        )
-        if finished:
-            return S, sweeps
-        max_sweeps -= sweeps
     coarse = coarse_tol is not None and coarse_tol > tol
     C32 = C_off.astype(np.float32) if coarse else None
-    most = [0, 0]  # the most coarse and fine sweeps a row took
-    for rows in _row_blocks(S.shape):  # rows are independent problems: a block at a time
+    coupling = _coupling(C_off, gamma) if sparse and weights_are_one else None
+
+    def solve(rows) -> tuple[int, int, int]:  # the sparse, coarse and fine sweeps of a block
         Sb, Yb, Hb = S[rows], Y[rows], H[rows]  # views: Sb is updated in place
         Wb = None if weights_are_one else W[rows]  # W is not read when W ≡ 1
+        done0 = done32 = 0
+        left = max_sweeps
+        if coupling is not None and np.count_nonzero(Sb) < SPARSE_DENSITY * Sb.size:
+            # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs;
+            # when S fills in (the first S-step from S = Y), the dense sweeps below take over
+            _, done0, finished = _s_sweeps_sparse(
+                Sb, Yb, coupling, blocks, rho, Hb, tol, max_sweeps, omega, SPARSE_DENSITY
+            )
+            if finished:
+                return done0, 0, 0
+            left -= done0
         if coarse:
             f32 = np.float32
             S32 = Sb.astype(f32)
             W32 = None if Wb is None else Wb.astype(f32)
-            _, done = _s_sweeps(
+            _, done32 = _s_sweeps(
                 S32, W32, Yb.astype(f32), C32, blocks, gamma, rho, Hb.astype(f32),
-                weights_are_one, coarse_tol, max_sweeps, omega,
+                weights_are_one, coarse_tol, left, omega,
             )  # fmt: skip
-            most[0] = max(most[0], done)
             Sb[...] = S32
         _, done = _s_sweeps(
-            Sb, Wb, Yb, C_off, blocks, gamma, rho, Hb, weights_are_one, tol, max_sweeps, omega
+            Sb, Wb, Yb, C_off, blocks, gamma, rho, Hb, weights_are_one, tol, left, omega
         )
-        most[1] = max(most[1], done)
-    sweeps += most[0]
-    fine = most[1]
-    return S, sweeps + fine
+        return done0, done32, done
+
+    # rows are independent problems: a block at a time, on ``threads`` threads
+    most = np.max(map_threads(solve, _row_blocks(S.shape), threads), axis=0)
+    return S, int(most.sum())
 
 
 class SCCBG(BaseFuser):
@@ -291,6 +301,8 @@ class SCCBG(BaseFuser):
         than 3 % non-zero entries (most of a run: the clipping leaves exact zeros), which cuts
         their cost from O(u k²) to O(nnz(S)·k + u k) per sweep. Same minimiser and stopping rule,
         other rounding; small inputs (below the threshold) run the dense path unchanged.
+    n_jobs : threads for the dense S-sweeps and the W-step, which solve blocks of rows on their
+        own (scikit-learn's convention: None = 1, -1 = every CPU). The same result for any value.
     random_state : seeds the k-means fallback only (the rest is deterministic).
 
     Attributes
@@ -338,6 +350,7 @@ class SCCBG(BaseFuser):
         gamma_grid: tuple[float, ...] = DEFAULT_GAMMA_GRID,
         compress: bool = True,
         sparse: bool | str = "auto",
+        n_jobs=None,
         random_state=None,
     ):
         self.n_clusters = n_clusters
@@ -356,6 +369,7 @@ class SCCBG(BaseFuser):
         self.gamma_grid = gamma_grid
         self.compress = compress
         self.sparse = sparse
+        self.n_jobs = n_jobs
         self.random_state = random_state
 
     # -- validation ----------------------------------------------------------------------------
@@ -393,6 +407,7 @@ class SCCBG(BaseFuser):
             check_flag(flag, getattr(self, flag))
         if not (isinstance(self.sparse, str) and self.sparse == "auto"):
             check_flag("sparse", self.sparse)
+        resolve_threads(self.n_jobs)
 
     # -- fit -----------------------------------------------------------------------------------
 
@@ -505,6 +520,7 @@ class SCCBG(BaseFuser):
         )
         coarse = 1e-4 if self.mixed_precision and self.inner_tol < 1e-4 else None
         sparse = u * k >= SPARSE_WORK if isinstance(self.sparse, str) else bool(self.sparse)
+        threads = resolve_threads(self.n_jobs)
         self.sparse_path_ = sparse
 
         S = Y.copy()
@@ -527,7 +543,7 @@ class SCCBG(BaseFuser):
             sw = 0
             if self.learn_weights:
                 W, sw, w_is_one, ran = self._w_update(
-                    S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling
+                    S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling, threads
                 )
                 if ran:
                     W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
@@ -536,7 +552,7 @@ class SCCBG(BaseFuser):
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
                 weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
-                omega=omega, coarse_tol=coarse, sparse=sparse,
+                omega=omega, coarse_tol=coarse, sparse=sparse, threads=threads,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
             dS = _relative_change(S, S_prev, mult)
@@ -568,7 +584,7 @@ class SCCBG(BaseFuser):
         )
         return out
 
-    def _w_update(self, S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling):
+    def _w_update(self, S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling, threads):
         """(W, sweeps, W ≡ 1, whether the W-step ran): the W-step (``w_step``) unless W ≡ 1 is
         a fixed point, which it is once λ ≥ 2 max A² + 2γ max_p Σ_q C_pq (spec §2.4); A² ≤ 1,
         so λ ≥ 2 + 2γ max_p Σ_q C_pq decides it without the u × k pass."""
@@ -580,8 +596,9 @@ class SCCBG(BaseFuser):
         if W is None:
             W = np.ones_like(S)
         W, sw = w_step(
-            S, W, Y, C_off, blocks, lam, gamma, tol=self.inner_tol, max_sweeps=self.max_sweeps
-        )
+            S, W, Y, C_off, blocks, lam, gamma,
+            tol=self.inner_tol, max_sweeps=self.max_sweeps, threads=threads,
+        )  # fmt: skip
         return W, sw, bool(np.all(W == 1.0)), True
 
     @staticmethod
