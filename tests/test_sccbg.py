@@ -939,3 +939,20 @@ def test_n_jobs_is_checked_and_gives_the_same_fit(monkeypatch):
     for bad, error in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
         with pytest.raises(error, match="n_jobs"):
             SCCBG(3, n_jobs=bad).fit(labels)
+
+
+def test_dense_to_csr_is_scipys_csr_matrix_on_any_threads():
+    """The one-pass CSR build (by row blocks on threads) gives scipy's arrays exactly."""
+    import scipy.sparse as sp
+
+    from adseg.consensus._sccbg_sweeps import dense_to_csr
+
+    rng = np.random.default_rng(0)
+    for shape in ((5000, 300), (7, 3), (0, 4), (3000, 1), (40, 0)):
+        x = rng.random(shape) * (rng.random(shape) < 0.05)
+        want = sp.csr_matrix(x)
+        for threads in (1, 3):
+            got = dense_to_csr(x, threads)
+            assert got.shape == want.shape
+            for name in ("indptr", "indices", "data"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), (shape, threads)

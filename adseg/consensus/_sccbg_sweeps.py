@@ -279,14 +279,23 @@ def _rows_cols(rows: np.ndarray, J):
     return (rows, J) if isinstance(J, slice) else np.ix_(rows, J)
 
 
-def _dense_to_csr(x: np.ndarray) -> sp.csr_matrix:
+def dense_to_csr(x: np.ndarray, threads: int = 1) -> sp.csr_matrix:
     """``scipy.sparse.csr_matrix(x)`` of a C-ordered 2-D array (the same arrays, sorted
     indices), from one pass of ``flatnonzero`` instead of the row and column index arrays of
-    ``nonzero``. O(size) time, O(nnz) memory."""
+    ``nonzero``; row blocks on ``threads`` threads. O(size) time, O(nnz) memory."""
     n, m = x.shape
-    flat = np.flatnonzero(x)
-    rows, cols = np.divmod(flat, m)
-    return sp.csr_matrix((x.reshape(-1)[flat], cols, _row_pointer(rows, n)), shape=(n, m))
+
+    def part(rows):  # a row block's column indices, values and row counts
+        block = x[rows].reshape(-1)
+        flat = np.flatnonzero(block)
+        r, c = np.divmod(flat, m)
+        return c, block[flat], np.bincount(r, minlength=rows.stop - rows.start)
+
+    blocks = (row_slices(n, m, 1 << 20) if threads > 1 else None) or [slice(0, n)]
+    cols, vals, counts = zip(*map_threads(part, blocks, threads), strict=True)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(counts), out=indptr[1:])
+    return sp.csr_matrix((np.concatenate(vals), np.concatenate(cols), indptr), shape=(n, m))
 
 
 def _row_pointer(rows: np.ndarray, n: int) -> np.ndarray:
@@ -347,7 +356,7 @@ def _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)
             flat[was] = np.abs(kept - P.data)
             np.maximum(row_delta, x.max(axis=1, initial=0.0), out=row_delta)
             flat[was] = kept
-            Sp[b] = _dense_to_csr(x)
+            Sp[b] = dense_to_csr(x)
             del x, flat
         done = row_delta < tol
         if done.any():

@@ -43,6 +43,7 @@ from adseg.consensus._sccbg_sweeps import (
     _row_blocks,
     _s_sweeps,
     _s_sweeps_sparse,
+    dense_to_csr,
     w_step,
 )
 
@@ -103,7 +104,7 @@ def phi(S: np.ndarray, W: np.ndarray, C: np.ndarray, mult: np.ndarray | None = N
 
 
 def spectral(
-    S: np.ndarray, mult: np.ndarray, n_vectors: int, sparse: bool = False
+    S: np.ndarray, mult: np.ndarray, n_vectors: int, sparse: bool = False, threads: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Top ``n_vectors`` singular triplets of Ŝ = D_u^{-1/2} S D_v^{-1/2} (spec §3.2), where rows
     of S stand for ``mult`` identical instances each.
@@ -113,10 +114,14 @@ def spectral(
     ``sparse``: when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero, Ŝ is held as CSR
     and the Gram matrix and U = Ŝ V Σ⁻¹ are sparse products: O(Σ_i nnz(S_i)² + nnz(S)·n_vectors
     + k³) time, O(nnz(S) + u·n_vectors) memory. Same quantities; rounding differs.
+    ``threads``: the row-wise passes (the count, the scalings) go by row blocks on that many
+    threads; the products stay whole (the same values for any ``threads``).
     """
     u, k = S.shape
-    if sparse and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
-        Ssp = sp.csr_matrix(S)
+    row_blocks = _row_blocks(S.shape)
+    nnz = sum(map_threads(lambda rows: np.count_nonzero(S[rows]), row_blocks, threads))
+    if sparse and nnz < SPARSE_DENSITY * S.size:
+        Ssp = dense_to_csr(S, threads)
         du = np.asarray(Ssp.sum(axis=1)).ravel()
         dv = Ssp.T @ mult
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
@@ -126,13 +131,19 @@ def spectral(
         gram = (X.T @ X).toarray()
         del X, Ssp
     else:
-        du = S.sum(axis=1)
+        du = np.concatenate(map_threads(lambda rows: S[rows].sum(axis=1), row_blocks, threads))
         dv = mult @ S
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
         sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-        S_hat = S * su[:, None]
-        S_hat *= sv[None, :]
-        X = S_hat * np.sqrt(mult)[:, None]
+        S_hat, X = np.empty_like(S), np.empty_like(S)
+        root = np.sqrt(mult)
+
+        def scale(rows) -> None:  # Ŝ = S su svᵀ and X = √mult Ŝ, on a row block
+            np.multiply(S[rows], su[rows, None], out=S_hat[rows])
+            S_hat[rows] *= sv[None, :]
+            np.multiply(S_hat[rows], root[rows, None], out=X[rows])
+
+        map_threads(scale, row_blocks, threads)
         gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
         del X
     r = min(n_vectors, k)
@@ -153,29 +164,40 @@ def spectral(
     return sig, U, vecs, du, dv
 
 
-def h_matrix(U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray) -> np.ndarray:
+def h_matrix(
+    U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray, threads: int = 1
+) -> np.ndarray:
     """H_ij = ½‖a_i − b_j‖², a = U/√du, b = V/√dv (spec §3.2): the linear coefficient of S in the
-    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM; the rest in place, a row block at a time: one
-    u × k array (the values of ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)`` to the bit)."""
+    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM; the rest in place, a row block at a time (on
+    ``threads`` threads): one u × k array (the values of ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)``
+    to the bit)."""
     a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
     b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
     na, nb = (a * a).sum(1), (b * b).sum(1)
     H = a @ b.T
-    for rows in _row_blocks(H.shape):  # H = ½(‖a‖² + ‖b‖²) − a bᵀ, block by block
+
+    def finish(rows) -> None:  # H = max(½(‖a‖² + ‖b‖²) − a bᵀ, 0) on a row block
         half = 0.5 * (na[rows, None] + nb[None, :])
         np.subtract(half, H[rows], out=H[rows])
-    return np.maximum(H, 0.0, out=H)
+        np.maximum(H[rows], 0.0, out=H[rows])
+
+    map_threads(finish, _row_blocks(H.shape), threads)
+    return H
 
 
-def _relative_change(S: np.ndarray, S_prev: np.ndarray, mult: np.ndarray) -> float:
+def _relative_change(S: np.ndarray, S_prev: np.ndarray, mult: np.ndarray, threads=1) -> float:
     """‖S − S_prev‖_F / ‖S_prev‖_F over the rows weighted by ``mult`` (floored at 1e-12), with
-    no u × k temporary: ``S_prev`` is overwritten."""
-    prev = np.empty(S.shape[0])
-    for rows in _row_blocks(S.shape):  # loop over row blocks
+    no u × k temporary: ``S_prev`` is overwritten. Row blocks on ``threads`` threads."""
+    prev, diff = np.empty(S.shape[0]), np.empty(S.shape[0])
+
+    def sums(rows) -> None:  # the row sums of S_prev² and of (S − S_prev)²
         prev[rows] = (S_prev[rows] ** 2).sum(1)
-    np.subtract(S_prev, S, out=S_prev)
-    np.square(S_prev, out=S_prev)
-    return float(np.sqrt(mult @ S_prev.sum(1)) / max(np.sqrt(mult @ prev), 1e-12))
+        np.subtract(S_prev[rows], S[rows], out=S_prev[rows])
+        np.square(S_prev[rows], out=S_prev[rows])
+        diff[rows] = S_prev[rows].sum(1)
+
+    map_threads(sums, _row_blocks(S.shape), threads)
+    return float(np.sqrt(mult @ diff) / max(np.sqrt(mult @ prev), 1e-12))
 
 
 def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
@@ -533,7 +555,7 @@ class SCCBG(BaseFuser):
             return self._result(
                 np.zeros(u, dtype=np.int64), "trivial", S, W, 0, True, c, [], [], []
             )
-        sig, U, V, du, dv = spectral(S, mult, c + 1, sparse)
+        sig, U, V, du, dv = spectral(S, mult, c + 1, sparse, threads)
         lam_hist, rho_hist, sweeps_hist = [], [], []
         converged = False
         n_iter = 0
@@ -547,7 +569,7 @@ class SCCBG(BaseFuser):
                 )
                 if ran:
                     W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
-            H = h_matrix(U[:, :c], V[:, :c], du, dv)
+            H = h_matrix(U[:, :c], V[:, :c], du, dv, threads)
             S_prev = S.copy()
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
@@ -555,9 +577,9 @@ class SCCBG(BaseFuser):
                 omega=omega, coarse_tol=coarse, sparse=sparse, threads=threads,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
-            dS = _relative_change(S, S_prev, mult)
+            dS = _relative_change(S, S_prev, mult, threads)
             del S_prev
-            sig, U, V, du, dv = spectral(S, mult, c + 1, sparse)
+            sig, U, V, du, dv = spectral(S, mult, c + 1, sparse, threads)
             fn1 = float(np.sum(1.0 - sig[:c]))
             fn2 = fn1 + float(1.0 - sig[c])
             exact_c = False
