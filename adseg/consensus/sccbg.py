@@ -110,12 +110,12 @@ def spectral(
     of S stand for ``mult`` identical instances each.
 
     Returns (σ (n_vectors,), U (u × n_vectors), V (k × n_vectors), du (u,), dv (k,)); σ beyond
-    the rank are 0. Via the k × k Gram matrix: O(u k² + k³) time, one u × k temporary.
+    the rank are 0. Via the k × k Gram matrix, summed over row blocks of about
+    ``ROW_BLOCK_VALUES`` entries: O(u k² + k³) time, no u × k temporary (a block's per thread).
     ``sparse``: when fewer than ``SPARSE_DENSITY`` of S's entries are non-zero, Ŝ is held as CSR
     and the Gram matrix and U = Ŝ V Σ⁻¹ are sparse products: O(Σ_i nnz(S_i)² + nnz(S)·n_vectors
     + k³) time, O(nnz(S) + u·n_vectors) memory. Same quantities; rounding differs.
-    ``threads``: the row-wise passes (the count, the scalings) go by row blocks on that many
-    threads; the products stay whole (the same values for any ``threads``).
+    ``threads``: the row blocks go on that many threads (the same values for any ``threads``).
     """
     u, k = S.shape
     row_blocks = _row_blocks(S.shape)
@@ -132,27 +132,33 @@ def spectral(
         del X, Ssp
     else:
         du = np.concatenate(map_threads(lambda rows: S[rows].sum(axis=1), row_blocks, threads))
-        dv = mult @ S
+        dv = sum(map_threads(lambda rows: mult[rows] @ S[rows], row_blocks, threads))
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
         sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-        S_hat, X = np.empty_like(S), np.empty_like(S)
         root = np.sqrt(mult)
 
-        def scale(rows) -> None:  # Ŝ = S su svᵀ and X = √mult Ŝ, on a row block
-            np.multiply(S[rows], su[rows, None], out=S_hat[rows])
-            S_hat[rows] *= sv[None, :]
-            np.multiply(S_hat[rows], root[rows, None], out=X[rows])
+        def scaled(rows) -> np.ndarray:  # a row block of Ŝ = S su svᵀ
+            out = S[rows] * su[rows, None]
+            out *= sv[None, :]
+            return out
 
-        map_threads(scale, row_blocks, threads)
-        gram = X.T @ X  # numpy turns Xᵀ X into one SYRK: half a GEMM
-        del X
+        def gram_of(rows) -> np.ndarray:  # XᵀX of a row block of X = √mult Ŝ: one SYRK
+            X = scaled(rows)
+            X *= root[rows, None]
+            return X.T @ X
+
+        gram = sum(map_threads(gram_of, row_blocks, threads))
+        S_hat = None
     r = min(n_vectors, k)
     vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
     vals, vecs = vals[::-1], vecs[:, ::-1]
     sig = np.sqrt(np.clip(vals, 0.0, None))
     # The Gram route squares σ; σ ≤ 1 holds exactly in theory, so clip the rounding above 1.
     sig = np.minimum(sig, 1.0)
-    U = np.asarray(S_hat @ vecs)
+    if S_hat is None:  # dense: U = Ŝ V by row blocks, Ŝ's rows made again
+        U = np.concatenate(map_threads(lambda rows: scaled(rows) @ vecs, row_blocks, threads))
+    else:
+        U = np.asarray(S_hat @ vecs)
     nz = sig > 1e-10
     U[:, nz] /= sig[nz]
     U[:, ~nz] = 0.0
@@ -168,15 +174,15 @@ def h_matrix(
     U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray, threads: int = 1
 ) -> np.ndarray:
     """H_ij = ½‖a_i − b_j‖², a = U/√du, b = V/√dv (spec §3.2): the linear coefficient of S in the
-    rank term, Σ S⊙H = c − Σσ_i. One u × k GEMM; the rest in place, a row block at a time (on
-    ``threads`` threads): one u × k array (the values of ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)``
-    to the bit)."""
+    rank term, Σ S⊙H = c − Σσ_i. A row block at a time (on ``threads`` threads): its GEMM, then
+    the rest in place: one u × k array, ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)``."""
     a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
     b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
     na, nb = (a * a).sum(1), (b * b).sum(1)
-    H = a @ b.T
+    H = np.empty((a.shape[0], b.shape[0]))
 
     def finish(rows) -> None:  # H = max(½(‖a‖² + ‖b‖²) − a bᵀ, 0) on a row block
+        np.matmul(a[rows], b.T, out=H[rows])
         half = 0.5 * (na[rows, None] + nb[None, :])
         np.subtract(half, H[rows], out=H[rows])
         np.maximum(H[rows], 0.0, out=H[rows])
