@@ -956,3 +956,26 @@ def test_dense_to_csr_is_scipys_csr_matrix_on_any_threads():
             assert got.shape == want.shape
             for name in ("indptr", "indices", "data"):
                 assert np.array_equal(getattr(got, name), getattr(want, name)), (shape, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_s_step_measures_its_own_change(noisy, monkeypatch, threads):
+    """The outer loop's change test reads per-row sums that the S-step fills in block by block
+    (no copy of S): each row's Σ S² before the step and Σ (ΔS)² over it, as computed directly."""
+    import adseg.consensus.sccbg as sccbg_module
+    from adseg.consensus._base import row_slices
+
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    monkeypatch.setattr(sccbg_module, "_row_blocks", lambda shape: row_slices(*shape, 20 * 31))
+    S0 = 0.5 * Y
+    change = np.full((2, Y.shape[0]), np.nan)
+    S1, _ = s_step(
+        S0.copy(), None, Y, C_off, blocks, 1e-2, 5.0, H,
+        weights_are_one=True, omega=1.2, threads=threads, change=change,
+    )  # fmt: skip
+    assert not np.array_equal(S1, S0)
+    np.testing.assert_array_equal(change[0], (S0**2).sum(1))
+    np.testing.assert_array_equal(change[1], ((S0 - S1) ** 2).sum(1))

@@ -10,10 +10,10 @@ Missing labels (-1) are supported.
 The result is deterministic for a given item order but not exactly equivariant to reordering
 items or columns: on weakly structured input, or while the graph has c + 1 or more components,
 other orders can reach other local optima. Cost: O(n_iter · (T_W + T_S + 1) · u k²) time on the
-u ≤ n distinct label rows, about 8 u × k float64 arrays plus k × k, no n × n array; with
-``sparse`` on (large inputs), an S-sweep or spectral step on an S with nnz(S) < 3 % of u·k costs
-O(nnz(S)·k + u k) instead of O(u k²). Implementation choices and measurements:
-docs/algorithms/sccbg.md.
+u ≤ n distinct label rows, 5 u × k float64 arrays plus k × k and a row block's working arrays
+per thread, no n × n array; with ``sparse`` on (large inputs), an S-sweep or spectral step on an
+S with nnz(S) < 3 % of u·k costs O(nnz(S)·k + u k) instead of O(u k²). ``n_jobs`` threads solve
+the row blocks side by side. Implementation choices and measurements: docs/algorithms/sccbg.md.
 """
 
 from __future__ import annotations
@@ -191,19 +191,10 @@ def h_matrix(
     return H
 
 
-def _relative_change(S: np.ndarray, S_prev: np.ndarray, mult: np.ndarray, threads=1) -> float:
-    """‖S − S_prev‖_F / ‖S_prev‖_F over the rows weighted by ``mult`` (floored at 1e-12), with
-    no u × k temporary: ``S_prev`` is overwritten. Row blocks on ``threads`` threads."""
-    prev, diff = np.empty(S.shape[0]), np.empty(S.shape[0])
-
-    def sums(rows) -> None:  # the row sums of S_prev² and of (S − S_prev)²
-        prev[rows] = (S_prev[rows] ** 2).sum(1)
-        np.subtract(S_prev[rows], S[rows], out=S_prev[rows])
-        np.square(S_prev[rows], out=S_prev[rows])
-        diff[rows] = S_prev[rows].sum(1)
-
-    map_threads(sums, _row_blocks(S.shape), threads)
-    return float(np.sqrt(mult @ diff) / max(np.sqrt(mult @ prev), 1e-12))
+def _relative_change(sums: np.ndarray, mult: np.ndarray) -> float:
+    """‖S − S_prev‖_F / ‖S_prev‖_F over the rows weighted by ``mult`` (floored at 1e-12), from
+    the per-row sums (2, u) that :func:`s_step` fills in: S_prev² and (S − S_prev)²."""
+    return float(np.sqrt(mult @ sums[1]) / max(np.sqrt(mult @ sums[0]), 1e-12))
 
 
 def objective(S, W, Y, C, lam, gamma, rho, H, mult=None) -> float:
@@ -231,6 +222,7 @@ def s_step(
     coarse_tol=None,
     sparse=False,
     threads=1,
+    change=None,
 ) -> tuple[np.ndarray, int]:
     """Paper Eq. 12 (spec §3.3): exact block coordinate descent on the convex box QPs of all rows
     at once, warm-started from S (modified in place and returned with the sweep count).
@@ -249,6 +241,8 @@ def s_step(
 
     The rows go in blocks of about ``ROW_BLOCK_VALUES`` entries, each solved on its own;
     ``threads`` > 1 solves the blocks on that many threads (the same values to the bit).
+    ``change`` (2, u), if given, receives each row's Σ_j S_ij² before the step and
+    Σ_j (ΔS_ij)² over it (a block's copy of S at a time, not u × k).
 
     ``sparse`` (W ≡ 1): in a row block where fewer than ``SPARSE_DENSITY`` of S's entries are
     non-zero (the clipping makes exact zeros; late in a run ~1 % remain), all sweeps run in
@@ -262,38 +256,54 @@ def s_step(
     coarse = coarse_tol is not None and coarse_tol > tol
     C32 = C_off.astype(np.float32) if coarse else None
     coupling = _coupling(C_off, gamma) if sparse and weights_are_one else None
+    args = (C_off, C32, coupling, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol)
 
-    def solve(rows) -> tuple[int, int, int]:  # the sparse, coarse and fine sweeps of a block
-        Sb, Yb, Hb = S[rows], Y[rows], H[rows]  # views: Sb is updated in place
+    def solve(rows) -> tuple[int, int, int]:  # a block's sweeps, and its rows' change if asked
+        before = None if change is None else S[rows].copy()
         Wb = None if weights_are_one else W[rows]  # W is not read when W ≡ 1
-        done0 = done32 = 0
-        left = max_sweeps
-        if coupling is not None and np.count_nonzero(Sb) < SPARSE_DENSITY * Sb.size:
-            # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs;
-            # when S fills in (the first S-step from S = Y), the dense sweeps below take over
-            _, done0, finished = _s_sweeps_sparse(
-                Sb, Yb, coupling, blocks, rho, Hb, tol, max_sweeps, omega, SPARSE_DENSITY
-            )
-            if finished:
-                return done0, 0, 0
-            left -= done0
-        if coarse:
-            f32 = np.float32
-            S32 = Sb.astype(f32)
-            W32 = None if Wb is None else Wb.astype(f32)
-            _, done32 = _s_sweeps(
-                S32, W32, Yb.astype(f32), C32, blocks, gamma, rho, Hb.astype(f32),
-                weights_are_one, coarse_tol, left, omega,
-            )  # fmt: skip
-            Sb[...] = S32
-        _, done = _s_sweeps(
-            Sb, Wb, Yb, C_off, blocks, gamma, rho, Hb, weights_are_one, tol, left, omega
-        )
-        return done0, done32, done
+        counts = _s_step_rows(S[rows], Wb, Y[rows], H[rows], *args)  # S[rows]: a view
+        if before is not None:
+            change[0, rows] = (before**2).sum(1)
+            np.subtract(before, S[rows], out=before)
+            np.square(before, out=before)
+            change[1, rows] = before.sum(1)
+        return counts
 
     # rows are independent problems: a block at a time, on ``threads`` threads
     most = np.max(map_threads(solve, _row_blocks(S.shape), threads), axis=0)
     return S, int(most.sum())
+
+
+def _s_step_rows(
+    S, W, Y, H, C_off, C32, coupling, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol
+) -> tuple[int, int, int]:
+    """:func:`s_step` on the rows given (S updated in place; W None when W ≡ 1): the sparse
+    sweeps where ``coupling`` is given (W ≡ 1, ``sparse``) and fewer than ``SPARSE_DENSITY`` of
+    the entries are non-zero, then, unless they finished, the float32 sweeps (``C32`` given) and
+    the float64 ones. Returns the three sweep counts."""
+    done0 = done32 = 0
+    left = max_sweeps
+    if coupling is not None and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
+        # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs;
+        # when S fills in (the first S-step from S = Y), the dense sweeps below take over
+        _, done0, finished = _s_sweeps_sparse(
+            S, Y, coupling, blocks, rho, H, tol, max_sweeps, omega, SPARSE_DENSITY
+        )
+        if finished:
+            return done0, 0, 0
+        left -= done0
+    weights_are_one = W is None
+    if C32 is not None:
+        f32 = np.float32
+        S32 = S.astype(f32)
+        W32 = None if W is None else W.astype(f32)
+        _, done32 = _s_sweeps(
+            S32, W32, Y.astype(f32), C32, blocks, gamma, rho, H.astype(f32),
+            weights_are_one, coarse_tol, left, omega,
+        )  # fmt: skip
+        S[...] = S32
+    _, done = _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, left, omega)
+    return done0, done32, done
 
 
 class SCCBG(BaseFuser):
@@ -534,8 +544,9 @@ class SCCBG(BaseFuser):
     def _run(self, Y, mult, block_of, first, gamma, c) -> dict:
         """One SCCBG run at a fixed γ on the u distinct rows (spec §3.7). Cost per outer
         iteration: a W-step while the self-paced phase lasts (see ``w_step``), one S-step (see
-        ``s_step``), one ``spectral`` and one ``h_matrix`` (u × c × k GEMM); memory ~8 u × k
-        float64 arrays besides the W-step's."""
+        ``s_step``), one ``spectral`` and one ``h_matrix`` (u × c × k GEMM); memory 5 u × k
+        float64 arrays (Y, S, H, and W and its running minimum once a W-step has run) and a row
+        block's working arrays per thread."""
         u, k = Y.shape
         m = int(block_of.max()) + 1
         blocks = [np.nonzero(block_of == b)[0] for b in range(m)]
@@ -552,6 +563,7 @@ class SCCBG(BaseFuser):
         self.sparse_path_ = sparse
 
         S = Y.copy()
+        change = np.empty((2, u))  # each S-step's per-row sums behind the change test
         # W and the lowest weight each entry reached (W itself ends ≡ 1 as λ grows): None while
         # they are all ones, allocated by the first W-step that runs (often none does)
         W = W_min = None
@@ -576,15 +588,13 @@ class SCCBG(BaseFuser):
                 if ran:
                     W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
             H = h_matrix(U[:, :c], V[:, :c], du, dv, threads)
-            S_prev = S.copy()
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
                 weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
-                omega=omega, coarse_tol=coarse, sparse=sparse, threads=threads,
+                omega=omega, coarse_tol=coarse, sparse=sparse, threads=threads, change=change,
             )  # fmt: skip
             sweeps_hist.append((sw, ss))
-            dS = _relative_change(S, S_prev, mult, threads)
-            del S_prev
+            dS = _relative_change(change, mult)
             sig, U, V, du, dv = spectral(S, mult, c + 1, sparse, threads)
             fn1 = float(np.sum(1.0 - sig[:c]))
             fn2 = fn1 + float(1.0 - sig[c])
