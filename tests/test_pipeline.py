@@ -1266,12 +1266,12 @@ def test_default_fuser_set_leaves_the_costly_fusers_out_of_large_runs(caplog):
     names, left_out = pipeline.fusers_for_size(default, 2001)
     assert sorted(left_out) == ["lta", "trce"] and names == [n for n in every if n not in left_out]
     assert pipeline.fusers_for_size(default, 50_000)[1] == left_out
-    names, left_out = pipeline.fusers_for_size(default, 50_001)  # sccbg's memory, about n · k
+    names, left_out = pipeline.fusers_for_size(default, 50_001)  # sccbg's time and memory
     assert sorted(left_out) == ["lta", "sccbg", "trce"]
     with caplog.at_level(logging.INFO, logger="adseg.pipeline"):
         pipeline.fusers_for_size(default, 60_000)
     (said,) = [r.getMessage() for r in caplog.records if "fuser sccbg left out" in r.getMessage()]
-    assert "60000 advertisers > 50000 (it holds about 17 n × k" in said
+    assert "60000 advertisers > 50000 (it takes about 3 GiB" in said
     assert said.endswith("name it with --fuser sccbg to run it anyway")
     assert set(pipeline.DEFAULT_SET_WHY) == set(pipeline.DEFAULT_SET_MAX_ADVERTISERS)
     named = pipeline.NightlyConfig(fusers=("lta", "trce"))  # named by the user: always run

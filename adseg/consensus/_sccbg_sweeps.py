@@ -41,9 +41,10 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     active = np.arange(u)
     # the rows still moving; all of them at first, as views (S updated in place), compacted
     # into copies only once some rows have stopped: no u × k copies of S, Y and H up front
-    Sa, Ya, Ha = S, Y, H
+    moving = {"S": S, "Y": Y, "H": H}
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
+        Sa, Ya, Ha = moving["S"], moving["Y"], moving["H"]
         row_delta = np.zeros(active.size, dtype=S.dtype)
         for J in blocks:  # loop over base clusterings
             old = Sa[:, J]
@@ -60,20 +61,26 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
             new = np.clip(t, 0.0, 1.0, out=t)
             np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
             Sa[:, J] = new
-        done = row_delta < tol
-        if done.any():
-            S[active[done]] = Sa[done]
-            keep = ~done
-            active = active[keep]
-            if active.size == 0:
-                break
-            # one at a time, so that each old copy is freed before the next is made
-            Sa = Sa[keep]
-            Ya = Ya[keep]
-            Ha = Ha[keep]
-    if active.size and Sa is not S:
-        S[active] = Sa
+        active = _drop_stopped(S, active, row_delta < tol, moving)
+        if active.size == 0:
+            break
+    if active.size and moving["S"] is not S:
+        S[active] = moving["S"]
     return S, sweeps
+
+
+def _drop_stopped(S, active, done, moving: dict) -> np.ndarray:
+    """After a sweep: the rows ``done`` (a mask over ``active``, the rows still moving) are
+    written back to S from ``moving["S"]`` and dropped from every array of ``moving``, one at a
+    time so that each old copy is freed before the next is made. Returns the rows still
+    moving."""
+    if not done.any():
+        return active
+    S[active[done]] = moving["S"][done]
+    keep = ~done
+    for name in moving:  # loop over the moving rows' arrays
+        moving[name] = moving[name][keep]
+    return active[keep]
 
 
 def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega):
@@ -85,41 +92,35 @@ def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, o
     u, k = S.shape
     blocks = _block_slices(blocks)
     W2 = W * W
-    fixed = {"y2w": 2.0 * W2 * Y, "g": 4.0 * gamma * W, "rh": rho * H, "den": np.empty_like(S)}
+    # the moving rows' arrays: views of S and W until some rows stop, and the fixed terms
+    m = {"S": S, "W": W, "WS": S * W, "y2w": 2.0 * W2 * Y, "g": 4.0 * gamma * W, "rh": rho * H}
+    m["den"] = np.empty_like(S)
     for J in blocks:  # loop over base clusterings: den = 2W² + 4γ W (W·C), as the sweeps made it
-        fixed["den"][:, J] = 2.0 * W2[:, J] + fixed["g"][:, J] * (W @ C_off[:, J])
+        m["den"][:, J] = 2.0 * W2[:, J] + m["g"][:, J] * (W @ C_off[:, J])
     del W2
-    fixed["ok"], fixed["h_pos"] = fixed["den"] > _DEN_EPS, H > 0
+    m["ok"], m["h_pos"] = m["den"] > _DEN_EPS, H > 0
     active = np.arange(u)
-    Sa, Wa, WSa = S, W, S * W  # the moving rows (views of S and W until some rows stop)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
         row_delta = np.zeros(active.size, dtype=S.dtype)
         for J in blocks:  # loop over base clusterings
-            old = Sa[:, J]
-            t = WSa @ C_off[:, J]
-            num = fixed["y2w"][:, J] + fixed["g"][:, J] * t - fixed["rh"][:, J]
+            old = m["S"][:, J]
+            t = m["WS"] @ C_off[:, J]
+            num = m["y2w"][:, J] + m["g"][:, J] * t - m["rh"][:, J]
             with np.errstate(divide="ignore", invalid="ignore"):
                 new = np.where(
-                    fixed["ok"][:, J],
-                    np.clip(old + omega * (num / fixed["den"][:, J] - old), 0.0, 1.0),
-                    np.where(fixed["h_pos"][:, J], 0.0, old),
+                    m["ok"][:, J],
+                    np.clip(old + omega * (num / m["den"][:, J] - old), 0.0, 1.0),
+                    np.where(m["h_pos"][:, J], 0.0, old),
                 )
             np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
-            Sa[:, J] = new
-            WSa[:, J] = new * Wa[:, J]
-        done = row_delta < tol
-        if done.any():
-            S[active[done]] = Sa[done]
-            keep = ~done
-            active = active[keep]
-            if active.size == 0:
-                break
-            Sa, Wa, WSa = Sa[keep], Wa[keep], WSa[keep]
-            for name in fixed:  # one at a time: each old copy is freed before the next is made
-                fixed[name] = fixed[name][keep]
-    if active.size and Sa is not S:
-        S[active] = Sa
+            m["S"][:, J] = new
+            m["WS"][:, J] = new * m["W"][:, J]
+        active = _drop_stopped(S, active, row_delta < tol, m)
+        if active.size == 0:
+            break
+    if active.size and m["S"] is not S:
+        S[active] = m["S"]
     return S, sweeps
 
 

@@ -38,6 +38,7 @@ from adseg.consensus._base import (
     relabel,
     resolve_threads,
 )
+from adseg.consensus._sccbg_labels import _merge_components, _renumber, _split_to
 from adseg.consensus._sccbg_sweeps import (
     _coupling,
     _row_blocks,
@@ -92,6 +93,15 @@ def membership_matrix(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cols.append(onehot)
         blocks.append(np.full(values.size, b))
     return np.hstack(cols), np.concatenate(blocks)
+
+
+def _coupling_counts(Y: np.ndarray, mult: np.ndarray, threads: int = 1) -> np.ndarray:
+    """C_off (k × k): C = Yᵀ diag(mult) Y, the items two input clusters share, with a zero
+    diagonal. A sparse product of the one-hot Y (integer counts: exact). O(u m² + k²)."""
+    Ysp = dense_to_csr(Y, threads)
+    C_off = np.ascontiguousarray((Ysp.T @ sp.diags(mult) @ Ysp).toarray())
+    np.fill_diagonal(C_off, 0.0)
+    return C_off
 
 
 def phi(S: np.ndarray, W: np.ndarray, C: np.ndarray, mult: np.ndarray | None = None) -> float:
@@ -550,16 +560,14 @@ class SCCBG(BaseFuser):
         u, k = Y.shape
         m = int(block_of.max()) + 1
         blocks = [np.nonzero(block_of == b)[0] for b in range(m)]
-        C = Y.T @ (Y * mult[:, None])
-        C_off = C.copy()
-        np.fill_diagonal(C_off, 0.0)
+        threads = resolve_threads(self.n_jobs)
+        C_off = _coupling_counts(Y, mult, threads)
         max_coupling = float(C_off.sum(axis=0).max())
         omega = (
             young_relaxation(C_off, gamma) if self.relaxation == "auto" else float(self.relaxation)
         )
         coarse = 1e-4 if self.mixed_precision and self.inner_tol < 1e-4 else None
         sparse = u * k >= SPARSE_WORK if isinstance(self.sparse, str) else bool(self.sparse)
-        threads = resolve_threads(self.n_jobs)
         self.sparse_path_ = sparse
 
         S = Y.copy()
@@ -726,60 +734,6 @@ class SCCBG(BaseFuser):
             path += "+split"
             labels = _split_to(labels, Y, mult, first, c, m)
         return labels, path, K, n_iso
-
-
-def _merge_components(labels, Y, mult, K, c, m) -> np.ndarray:
-    """Greedy merge of K > c components by highest average co-association (M_P·M_Q)/(m|P||Q|)
-    until c remain; numbering kept in order of the lowest label. O((K−c) K² + u k)."""
-    M = np.zeros((K, Y.shape[1]))
-    np.add.at(M, labels, Y * mult[:, None])
-    size = np.bincount(labels, weights=mult, minlength=K).astype(np.float64)
-    alive = np.ones(K, dtype=bool)
-    target = np.arange(K)
-    for _ in range(K - c):  # loop over merges
-        G = (M @ M.T) / (m * np.outer(size, size))
-        G[~alive, :] = -np.inf
-        G[:, ~alive] = -np.inf
-        np.fill_diagonal(G, -np.inf)
-        p, q = np.unravel_index(np.argmax(G), G.shape)
-        p, q = min(p, q), max(p, q)
-        M[p] += M[q]
-        size[p] += size[q]
-        alive[q] = False
-        target[target == q] = p
-    kept = np.nonzero(alive)[0]
-    new_id = np.full(K, -1)
-    new_id[kept] = np.arange(kept.size)
-    return new_id[target[labels]]
-
-
-def _split_to(labels, Y, mult, first, c, m) -> np.ndarray:
-    """Labels of the u distinct rows with exactly c clusters, from fewer: one at a time, the row
-    with the lowest average co-association with the rest of its cluster (among clusters of two
-    or more rows; ties → lowest row) becomes a cluster of its own. u ≥ c, as the fuser checks
-    (n_clusters ≤ distinct label rows), so there is always a row to split off. Numbered in order
-    of the lowest original item index. O((c − found) u k)."""
-    _, labels = np.unique(labels, return_inverse=True)
-    for new in range(labels.max() + 1, c):  # loop over the missing clusters (few)
-        sums = np.zeros((new, Y.shape[1]))
-        np.add.at(sums, labels, Y * mult[:, None])
-        size = np.bincount(labels, weights=mult, minlength=new)
-        rows = np.bincount(labels, minlength=new)
-        others = sums[labels] - Y * mult[:, None]  # the rest of each row's cluster
-        with np.errstate(divide="ignore", invalid="ignore"):
-            affinity = np.einsum("ij,ij->i", Y, others) / (m * (size[labels] - mult))
-        affinity[rows[labels] < 2] = np.inf
-        labels[np.argmin(affinity)] = new
-    return _renumber(labels, first, c)
-
-
-def _renumber(labels, first, c) -> np.ndarray:
-    """Number clusters in order of their lowest original item index (deterministic output)."""
-    lowest = np.full(c, np.iinfo(np.int64).max)
-    np.minimum.at(lowest, labels, first)
-    rank = np.empty(c, dtype=np.int64)
-    rank[np.argsort(lowest)] = np.arange(c)
-    return rank[labels]
 
 
 def gamma_choice_key(anmi: float, fallback_used: bool) -> tuple[float, bool]:
