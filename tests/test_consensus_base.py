@@ -325,3 +325,22 @@ def test_fuser_options_are_checked_at_the_door_and_keyed_by_canonical_name():
     assert check_fuser_options({"sccbg": {"gamma": 0.5}, "spcc": {"gamma": 2.0}}) == {
         "sccbg": {"gamma": 2.0}
     }
+
+
+def test_resolve_threads_follows_scikit_learns_n_jobs():
+    """None and 1 are one thread, a positive count is itself, -1 every CPU the process may use,
+    -2 all but one (at least one); 0, floats and bools are refused, naming n_jobs."""
+    import os
+
+    from adseg.consensus._base import map_threads, resolve_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert resolve_threads(None) == resolve_threads(1) == 1
+    assert resolve_threads(3) == 3
+    assert resolve_threads(-1) == cpus
+    assert resolve_threads(-2) == max(1, cpus - 1)
+    assert resolve_threads(-10_000) == 1
+    for bad, error in ((0, ValueError), (2.0, TypeError), (False, TypeError), ("2", TypeError)):
+        with pytest.raises(error, match="n_jobs"):
+            resolve_threads(bad)
+    assert map_threads(lambda x: x * x, range(7), 3) == [x * x for x in range(7)]
