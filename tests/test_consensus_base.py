@@ -344,3 +344,25 @@ def test_resolve_threads_follows_scikit_learns_n_jobs():
         with pytest.raises(error, match="n_jobs"):
             resolve_threads(bad)
     assert map_threads(lambda x: x * x, range(7), 3) == [x * x for x in range(7)]
+
+
+def test_map_threads_stops_at_an_error_without_running_the_rest():
+    """An item that fails ends the map with its error; the items not started are cancelled (a
+    Ctrl-C during a threaded fit does not wait for the whole step)."""
+    import threading
+    import time
+
+    from adseg.consensus._base import map_threads
+
+    ran, lock = [], threading.Lock()
+
+    def work(x):
+        if x == 0:
+            raise RuntimeError("item 0 failed")
+        time.sleep(0.01)
+        with lock:
+            ran.append(x)
+
+    with pytest.raises(RuntimeError, match="item 0 failed"):
+        map_threads(work, range(200), 2)
+    assert len(ran) < 100

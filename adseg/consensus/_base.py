@@ -61,7 +61,8 @@ def map_threads(fn, items, threads: int) -> list:
     """``[fn(x) for x in items]``, on ``threads`` threads when more than one (numpy's array
     operations and BLAS release the GIL), with BLAS held to one thread meanwhile so that the
     threads do not each start a BLAS pool. Results in the order of ``items``; ``fn`` must only
-    write what its own item owns (a row block, say)."""
+    write what its own item owns (a row block, say). An error or a Ctrl-C ends it after the
+    items already started (``Executor.map`` cancels the rest)."""
     items = list(items)
     if threads <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
