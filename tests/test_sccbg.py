@@ -50,6 +50,23 @@ def setup(labels):
     return Y, C, C_off, blocks, block_of
 
 
+def step_inputs(seed, n, weights_are_one):
+    """(Y, C_off, blocks, S, W, H) of a random ensemble of n items and 4 clusterings, S near Y,
+    W ≡ 1 or random in [0.2, 1), H random: inputs for the W- and S-steps."""
+    rng = np.random.default_rng(seed)
+    labels = np.column_stack([rng.integers(0, k, n) for k in (4, 6, 5, 7)])
+    Y, _, C_off, blocks, _ = setup(labels)
+    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
+    W = np.ones_like(Y) if weights_are_one else rng.uniform(0.2, 1, size=Y.shape)
+    return Y, C_off, blocks, S, W, rng.uniform(0, 0.5, size=Y.shape)
+
+
+def rank_term_of(Y):
+    """H of the spectral step on S = Y (c = 2: three singular vectors), rows weighted 1."""
+    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
+    return h_matrix(U, V, du, dv)
+
+
 @pytest.fixture(scope="module")
 def noisy():
     """Overlapping blobs with k_b in [c, 2c]: an ensemble that really disagrees."""
@@ -677,8 +694,7 @@ def test_sparse_s_step_reaches_the_dense_minimiser(noisy, monkeypatch):
 
     labels, _ = noisy
     Y, C, C_off, blocks, _ = setup(labels)
-    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
-    H = h_matrix(U, V, du, dv)
+    H = rank_term_of(Y)
     W = np.ones_like(Y)
     for density in (1.0, 0.3):  # sparse throughout; sparse, then filled in → dense
         monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", density)
@@ -702,8 +718,7 @@ def test_sparse_s_step_in_row_blocks_on_threads(noisy, monkeypatch):
 
     labels, _ = noisy
     Y, C, C_off, blocks, _ = setup(labels)
-    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
-    H = h_matrix(U, V, du, dv)
+    H = rank_term_of(Y)
     S0 = 0.2 * Y
     more = np.random.default_rng(3).random((20, Y.shape[1])) < 0.4
     S0[:20] = np.clip(Y[:20] + 0.1 * more, 0, 1)  # a denser first block (~50 % non-zero)
@@ -764,8 +779,7 @@ def test_the_sparse_sweeps_two_forms_give_the_same_bits(noisy, monkeypatch):
     monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", 1.0)
     labels, _ = noisy
     Y, C, C_off, blocks, _ = setup(labels)
-    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
-    H = h_matrix(U, V, du, dv)
+    H = rank_term_of(Y)
     builds = []
     real = sweeps._Entries.build.__func__
 
@@ -869,12 +883,7 @@ def test_row_blocks_give_the_whole_steps_results(monkeypatch, weights_are_one):
     lowered) they give the one-block results to rounding, the same sweep counts included."""
     import adseg.consensus._sccbg_sweeps as module
 
-    rng = np.random.default_rng(8)
-    labels = np.column_stack([rng.integers(0, k, 900) for k in (4, 6, 5, 7)])
-    Y, _, C_off, blocks, _ = setup(labels)
-    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
-    W = np.ones_like(Y) if weights_are_one else rng.uniform(0.2, 1, size=Y.shape)
-    H = rng.uniform(0, 0.5, size=Y.shape)
+    Y, C_off, blocks, S, W, H = step_inputs(8, 900, weights_are_one)
     results = []
     for values in (10**9, 1):  # one block; then 256-row blocks
         monkeypatch.setattr(module, "ROW_BLOCK_VALUES", values)
@@ -899,12 +908,7 @@ def test_threads_give_the_one_threads_results_to_the_bit(monkeypatch, weights_ar
     import adseg.consensus._sccbg_sweeps as module
 
     monkeypatch.setattr(module, "ROW_BLOCK_VALUES", 1)  # 256-row blocks: 4 of them
-    rng = np.random.default_rng(9)
-    labels = np.column_stack([rng.integers(0, k, 1000) for k in (4, 6, 5, 7)])
-    Y, _, C_off, blocks, _ = setup(labels)
-    S = np.clip(Y + rng.normal(scale=0.3, size=Y.shape), 0, 1)
-    W = np.ones_like(Y) if weights_are_one else rng.uniform(0.2, 1, size=Y.shape)
-    H = rng.uniform(0, 0.5, size=Y.shape)
+    Y, C_off, blocks, S, W, H = step_inputs(9, 1000, weights_are_one)
     results = []
     for threads in (1, 3):
         Wn, w_sweeps = w_step(S, W.copy(), Y, C_off, blocks, 0.5, 2e-3, tol=1e-10, threads=threads)
@@ -967,8 +971,7 @@ def test_the_s_step_measures_its_own_change(noisy, monkeypatch, threads):
 
     labels, _ = noisy
     Y, C, C_off, blocks, _ = setup(labels)
-    sig, U, V, du, dv = spectral(Y, np.ones(Y.shape[0]), 3)
-    H = h_matrix(U, V, du, dv)
+    H = rank_term_of(Y)
     monkeypatch.setattr(sccbg_module, "_row_blocks", lambda shape: row_slices(*shape, 20 * 31))
     S0 = 0.5 * Y
     change = np.full((2, Y.shape[0]), np.nan)

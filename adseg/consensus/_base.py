@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import sys
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,12 +50,11 @@ def resolve_threads(n_jobs) -> int:
     int → that many, -1 → every CPU this process may use, -2 → all but one, and so on."""
     if n_jobs is None:
         return 1
-    if isinstance(n_jobs, bool | np.bool_) or not isinstance(n_jobs, numbers.Integral):
-        raise TypeError(f"n_jobs must be an integer or None; got {n_jobs!r}.")
+    n_jobs = check_integer("n_jobs", n_jobs, low=-sys.maxsize)
     if n_jobs == 0:
         raise ValueError("n_jobs must not be 0 (None or 1: one thread; -1: every CPU).")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return int(n_jobs) if n_jobs > 0 else max(1, (cpus or 1) + 1 + int(n_jobs))
+    return n_jobs if n_jobs > 0 else max(1, (cpus or 1) + 1 + n_jobs)
 
 
 def map_threads(fn, items, threads: int) -> list:

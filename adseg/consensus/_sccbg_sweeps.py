@@ -35,7 +35,7 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     O(u k²) per sweep (one GEMM per block) on the rows still moving."""
     if not weights_are_one:
         return _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega)
-    u, k = S.shape
+    u = S.shape[0]
     blocks = _block_slices(blocks)
     r_const = C_off.sum(axis=0)
     active = np.arange(u)
@@ -89,7 +89,7 @@ def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, o
     sweep, by the same operations; W·C (one GEMM per block) is made once on all the rows rather
     than again each sweep on the rows still moving (the same values up to that GEMM's rounding).
     A sweep is then one GEMM per block, (S⊙W)·C_J. Memory: ~9 ua × k arrays of the rows."""
-    u, k = S.shape
+    u = S.shape[0]
     blocks = _block_slices(blocks)
     W2 = W * W
     # the moving rows' arrays: views of S and W until some rows stop, and the fixed terms
@@ -315,17 +315,15 @@ def dense_to_csr(x: np.ndarray, threads: int = 1) -> sp.csr_matrix:
     ``nonzero``; row blocks on ``threads`` threads. O(size) time, O(nnz) memory."""
     n, m = x.shape
 
-    def part(rows):  # a row block's column indices, values and row counts
+    def part(rows):  # a row block's row and column indices and values
         block = x[rows].reshape(-1)
         flat = np.flatnonzero(block != 0)  # on a mask: ~2× faster than on the floats
         r, c = np.divmod(flat, m)
-        return c, block[flat], np.bincount(r, minlength=rows.stop - rows.start)
+        return r + rows.start, c, block[flat]
 
     blocks = (row_slices(n, m, 1 << 20) if threads > 1 else None) or [slice(0, n)]
-    cols, vals, counts = zip(*map_threads(part, blocks, threads), strict=True)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.concatenate(counts), out=indptr[1:])
-    return sp.csr_matrix((np.concatenate(vals), np.concatenate(cols), indptr), shape=(n, m))
+    r, c, vals = (np.concatenate(a) for a in zip(*map_threads(part, blocks, threads), strict=True))
+    return sp.csr_matrix((vals, c, _row_pointer(r, n)), shape=(n, m))
 
 
 def _row_pointer(rows: np.ndarray, n: int) -> np.ndarray:

@@ -129,8 +129,10 @@ def spectral(
     """
     u, k = S.shape
     row_blocks = _row_blocks(S.shape)
-    nnz = sum(map_threads(lambda rows: np.count_nonzero(S[rows]), row_blocks, threads))
-    if sparse and nnz < SPARSE_DENSITY * S.size:
+    if sparse:  # the density test, only where the sparse form may be taken
+        nnz = sum(map_threads(lambda rows: np.count_nonzero(S[rows]), row_blocks, threads))
+        sparse = nnz < SPARSE_DENSITY * S.size
+    if sparse:
         Ssp = dense_to_csr(S, threads)
         du = np.asarray(Ssp.sum(axis=1)).ravel()
         dv = Ssp.T @ mult
