@@ -69,14 +69,14 @@ def _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, max_s
     return S, sweeps
 
 
-def _drop_stopped(S, active, done, moving: dict) -> np.ndarray:
+def _drop_stopped(out, active, done, moving: dict, key: str = "S") -> np.ndarray:
     """After a sweep: the rows ``done`` (a mask over ``active``, the rows still moving) are
-    written back to S from ``moving["S"]`` and dropped from every array of ``moving``, one at a
-    time so that each old copy is freed before the next is made. Returns the rows still
+    written back to ``out`` from ``moving[key]`` and dropped from every array of ``moving``, one
+    at a time so that each old copy is freed before the next is made. Returns the rows still
     moving."""
     if not done.any():
         return active
-    S[active[done]] = moving["S"][done]
+    out[active[done]] = moving[key][done]
     keep = ~done
     for name in moving:  # loop over the moving rows' arrays
         moving[name] = moving[name][keep]
@@ -472,26 +472,28 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
     if active.size == 0:
         return W, 1
     if active.size == u:  # every row moves: views (W updated in place), no copies
-        Sa, S2a, A2a, Wa = S, S2, A2, W
+        m = {"W": W, "S": S, "S2": S2, "A2": A2}
     else:  # the moving rows' copies; the full A2 and S2 go
-        Sa, S2a, A2a, Wa = S[active], S2[active], A2[active], W[active]
+        m = {"W": W[active], "S": S[active], "S2": S2[active], "A2": A2[active]}
         SC, S2C = SC[active], S2C[active]
     del A2, S2
     # P = [W·C, (S⊙W)·C, (S²⊙W)·C] on the active rows: the test's products for W ≡ 1, less
     # those of 1 − W (sparse), then kept up to date as each block changes W
-    P = np.empty((3, active.size, k))
-    P[0], P[1], P[2] = colsum, SC, S2C
+    m["P0"] = np.empty((active.size, k))
+    m["P0"][...] = colsum
+    m["P1"], m["P2"] = SC, S2C
     del SC, S2C
-    _spread(P, Wa - 1.0, Sa, S2a, C_off)
+    _spread([m["P0"], m["P1"], m["P2"]], m["W"] - 1.0, m["S"], m["S2"], C_off)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
         row_delta = np.zeros(active.size)
+        P = [m["P0"], m["P1"], m["P2"]]
         for J in blocks:  # loop over base clusterings
-            Sj, S2j = Sa[:, J], S2a[:, J]
+            Sj, S2j = m["S"][:, J], m["S2"][:, J]
             g = np.maximum(S2j * P[0][:, J] - 2.0 * Sj * P[1][:, J] + P[2][:, J], 0.0)
             num = lam - 2.0 * gamma * g
-            den = 2.0 * A2a[:, J]
-            old = Wa[:, J]
+            den = 2.0 * m["A2"][:, J]
+            old = m["W"][:, J]
             with np.errstate(divide="ignore", invalid="ignore"):
                 new = np.where(
                     den > _DEN_EPS,
@@ -501,22 +503,12 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
             change = new - old
             np.maximum(row_delta, np.abs(change).max(axis=1), out=row_delta)
             _spread(P, change, Sj, S2j, C_off[J])
-            Wa[:, J] = new
-        done = row_delta < tol
-        if done.any():
-            W[active[done]] = Wa[done]
-            keep = ~done
-            active = active[keep]
-            if active.size == 0:
-                break
-            # one at a time, so that each old copy is freed before the next is made
-            Sa = Sa[keep]
-            S2a = S2a[keep]
-            A2a = A2a[keep]
-            Wa = Wa[keep]
-            P = P[:, keep]
-    if active.size and Wa is not W:
-        W[active] = Wa
+            m["W"][:, J] = new
+        active = _drop_stopped(W, active, row_delta < tol, m, "W")
+        if active.size == 0:
+            break
+    if active.size and m["W"] is not W:
+        W[active] = m["W"]
     return W, sweeps
 
 
@@ -526,8 +518,8 @@ _SPARSE_CHANGE = 0.05
 
 
 def _spread(P, change, S, S2, C_rows) -> None:
-    """Add to the W-step's products P (3, ua, k) what a change of W on some columns does:
-    P[0] += ΔW·C_rows, P[1] += (S⊙ΔW)·C_rows, P[2] += (S²⊙ΔW)·C_rows, with ``change`` (ua ×
+    """Add to the W-step's products P (three ua × k arrays) what a change of W on some columns
+    does: P[0] += ΔW·C_rows, P[1] += (S⊙ΔW)·C_rows, P[2] += (S²⊙ΔW)·C_rows, with ``change`` (ua ×
     k_J) ΔW, ``S`` and ``S2`` those columns of S and S², ``C_rows`` (k_J × k) their rows of
     C_off. O(nnz(ΔW)·k + rows changed · k) with sparse products while few entries change (the
     W-steps change ~0.3 % of W), else three ua × k_J × k GEMMs."""
@@ -542,4 +534,4 @@ def _spread(P, change, S, S2, C_rows) -> None:
     d = change[r, c]
     for i, values in enumerate((d, S[r, c] * d, S2[r, c] * d)):
         M = sp.csr_matrix((values, (inverse, c)), shape=(rows.size, change.shape[1]))
-        P[i, rows] += M @ C_rows
+        P[i][rows] += M @ C_rows
