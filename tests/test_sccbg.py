@@ -136,6 +136,30 @@ def test_spectral_identities_against_dense_laplacian():
     assert np.trace(Q.T @ L @ Q) >= c - sig.sum() - 1e-12
 
 
+def test_h_matrix_is_half_the_squared_distances_and_reuses_out():
+    rng = np.random.default_rng(3)
+    U, V = rng.normal(size=(700, 4)), rng.normal(size=(9, 4))
+    du, dv = rng.uniform(0.5, 3.0, 700), rng.uniform(0.5, 3.0, 9)
+    a, b = U / np.sqrt(du)[:, None], V / np.sqrt(dv)[:, None]
+    expected = 0.5 * ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    H = h_matrix(U, V, du, dv, threads=2)
+    np.testing.assert_allclose(H, expected, rtol=1e-12, atol=1e-12)
+    assert H.min() >= 0.0
+    buffer = np.full_like(H, np.nan)
+    again = h_matrix(U, V, du, dv, out=buffer)
+    assert again is buffer and np.array_equal(again, H)
+
+
+@pytest.mark.parametrize("J", [slice(0, 3), slice(3, 7), slice(7, 12), slice(0, 12), [1, 5, 9]])
+def test_off_block_product_skips_only_the_zero_block(J):
+    from adseg.consensus._sccbg_sweeps import _off_block_product
+
+    rng = np.random.default_rng(4)
+    X, M = rng.normal(size=(6, 12)), rng.normal(size=(12, 12))
+    M[np.ix_(np.arange(12)[J], np.arange(12)[J])] = 0.0  # a clustering's own block of C_off
+    np.testing.assert_allclose(_off_block_product(X, M, J), X @ M[:, J], rtol=1e-13, atol=1e-13)
+
+
 def test_spectral_with_multiplicities_equals_expanded_rows():
     rng = np.random.default_rng(1)
     S = rng.uniform(0.0, 1.0, size=(5, 7))
@@ -660,14 +684,15 @@ def test_no_connected_row_at_all_gives_the_segments_asked_not_a_crash(monkeypatc
 
 
 def test_exactly_n_clusters_when_the_graph_has_fewer_components():
-    """Three components for c = 4 sent the labels to k-means on an embedding with three distinct
-    rows: 3 clusters, with only scikit-learn's warning (QA; 2 of ~60 small random inputs). Rows
-    are now split off until there are c; a random sweep finds no shortfall."""
-    labels = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 0], [0, 0, 1]])
+    """Fewer components than c sent the labels to k-means on an embedding with fewer distinct
+    rows than c: fewer clusters, with only scikit-learn's warning (QA; 2 of ~60 small random
+    inputs). Rows are now split off until there are c; a random sweep finds no shortfall."""
+    labels = np.array([[0, 1], [1, 0], [0, 0], [1, 1]])  # fewer components than c = 3
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # k-means is no longer asked for more groups than points
-        fuser = SCCBG(n_clusters=4, random_state=0).fit(labels)
-    assert np.unique(fuser.labels_).size == 4 and fuser.labels_path_.endswith("+split")
+        fuser = SCCBG(n_clusters=3, random_state=0).fit(labels)
+    assert fuser.n_components_found_ < 3
+    assert np.unique(fuser.labels_).size == 3 and fuser.labels_path_.endswith("+split")
     rng = np.random.RandomState(1)
     fitted = 0
     for _ in range(150):

@@ -44,6 +44,7 @@ from adseg.consensus._sccbg_sweeps import (
     _row_blocks,
     _s_sweeps,
     _s_sweeps_sparse,
+    _s_sweeps_weighted,
     dense_to_csr,
     w_step,
 )
@@ -130,7 +131,7 @@ def spectral(
     u, k = S.shape
     row_blocks = _row_blocks(S.shape)
     if sparse:  # the density test, only where the sparse form may be taken
-        nnz = sum(map_threads(lambda rows: np.count_nonzero(S[rows]), row_blocks, threads))
+        nnz = sum(map_threads(lambda rows: np.count_nonzero(S[rows] != 0), row_blocks, threads))
         sparse = nnz < SPARSE_DENSITY * S.size
     if sparse:
         Ssp = dense_to_csr(S, threads)
@@ -147,19 +148,17 @@ def spectral(
         dv = sum(map_threads(lambda rows: mult[rows] @ S[rows], row_blocks, threads))
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
         sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-        root = np.sqrt(mult)
+        # Ŝᵀ diag(mult) Ŝ = diag(sv) Sᵀ diag(mult su²) S diag(sv): one pass per row block
+        # to weight its rows, one SYRK, and the column scaling on the k × k sum
+        root = np.sqrt(mult) * su
 
-        def scaled(rows) -> np.ndarray:  # a row block of Ŝ = S su svᵀ
-            out = S[rows] * su[rows, None]
-            out *= sv[None, :]
-            return out
-
-        def gram_of(rows) -> np.ndarray:  # XᵀX of a row block of X = √mult Ŝ: one SYRK
-            X = scaled(rows)
-            X *= root[rows, None]
+        def gram_of(rows) -> np.ndarray:  # XᵀX of a row block of X = diag(√mult su) S
+            X = S[rows] * root[rows, None]
             return X.T @ X
 
         gram = sum(map_threads(gram_of, row_blocks, threads))
+        gram *= sv[:, None]
+        gram *= sv[None, :]
         S_hat = None
     r = min(n_vectors, k)
     vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
@@ -167,8 +166,10 @@ def spectral(
     sig = np.sqrt(np.clip(vals, 0.0, None))
     # The Gram route squares σ; σ ≤ 1 holds exactly in theory, so clip the rounding above 1.
     sig = np.minimum(sig, 1.0)
-    if S_hat is None:  # dense: U = Ŝ V by row blocks, Ŝ's rows made again
-        U = np.concatenate(map_threads(lambda rows: scaled(rows) @ vecs, row_blocks, threads))
+    if S_hat is None:  # dense: U = Ŝ V = diag(su) S (diag(sv) V), a GEMM per row block
+        right = sv[:, None] * vecs
+        U = np.concatenate(map_threads(lambda rows: S[rows] @ right, row_blocks, threads))
+        U *= su[:, None]
     else:
         U = np.asarray(S_hat @ vecs)
     nz = sig > 1e-10
@@ -183,20 +184,27 @@ def spectral(
 
 
 def h_matrix(
-    U: np.ndarray, V: np.ndarray, du: np.ndarray, dv: np.ndarray, threads: int = 1
+    U: np.ndarray,
+    V: np.ndarray,
+    du: np.ndarray,
+    dv: np.ndarray,
+    threads: int = 1,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """H_ij = ½‖a_i − b_j‖², a = U/√du, b = V/√dv (spec §3.2): the linear coefficient of S in the
-    rank term, Σ S⊙H = c − Σσ_i. A row block at a time (on ``threads`` threads): its GEMM, then
-    the rest in place: one u × k array, ``max(½(‖a_i‖² + ‖b_j‖²) − a_i·b_j, 0)``."""
+    rank term, Σ S⊙H = c − Σσ_i. One GEMM of the augmented rows [a_i, ½‖a_i‖², 1] and
+    [−b_j, 1, ½‖b_j‖²] (inner size c + 2) gives ½‖a_i‖² + ½‖b_j‖² − a_i·b_j, clipped at 0 in
+    place: a row block at a time on ``threads`` threads, one u × k array (``out`` if given: the
+    last H, whose pages are then not allocated and faulted in again) and no u × k temporary.
+    O(u k c) time."""
     a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
     b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
-    na, nb = (a * a).sum(1), (b * b).sum(1)
-    H = np.empty((a.shape[0], b.shape[0]))
+    left = np.hstack([a, 0.5 * (a * a).sum(1)[:, None], np.ones((a.shape[0], 1))])
+    right = np.hstack([-b, np.ones((b.shape[0], 1)), 0.5 * (b * b).sum(1)[:, None]]).T.copy()
+    H = np.empty((a.shape[0], b.shape[0])) if out is None else out
 
-    def finish(rows) -> None:  # H = max(½(‖a‖² + ‖b‖²) − a bᵀ, 0) on a row block
-        np.matmul(a[rows], b.T, out=H[rows])
-        half = 0.5 * (na[rows, None] + nb[None, :])
-        np.subtract(half, H[rows], out=H[rows])
+    def finish(rows) -> None:  # H = max(½‖a‖² + ½‖b‖² − a bᵀ, 0) on a row block
+        np.matmul(left[rows], right, out=H[rows])
         np.maximum(H[rows], 0.0, out=H[rows])
 
     map_threads(finish, _row_blocks(H.shape), threads)
@@ -266,9 +274,14 @@ def s_step(
     thread (float32 copies when ``coarse_tol`` is set).
     """
     coarse = coarse_tol is not None and coarse_tol > tol
-    C32 = C_off.astype(np.float32) if coarse else None
-    coupling = _coupling(C_off, gamma) if sparse and weights_are_one else None
-    args = (C_off, C32, coupling, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol)
+    if weights_are_one:  # the sweeps' k × k matrix: A = 4γ C_off/den, or C_off with W ≠ 1
+        coupling = _coupling(C_off, gamma)
+        matrix = coupling[1]
+    else:
+        coupling, matrix = None, C_off
+    low = matrix.astype(np.float32) if coarse else None
+    sparse = sparse and weights_are_one
+    args = (C_off, coupling, low, sparse, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol)
 
     def solve(rows) -> tuple[int, int, int]:  # a block's sweeps, and its rows' change if asked
         before = None if change is None else S[rows].copy()
@@ -287,15 +300,16 @@ def s_step(
 
 
 def _s_step_rows(
-    S, W, Y, H, C_off, C32, coupling, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol
+    S, W, Y, H, C_off, coupling, low, sparse, blocks, gamma, rho, tol, max_sweeps, omega, coarse_tol
 ) -> tuple[int, int, int]:
-    """:func:`s_step` on the rows given (S updated in place; W None when W ≡ 1): the sparse
-    sweeps where ``coupling`` is given (W ≡ 1, ``sparse``) and fewer than ``SPARSE_DENSITY`` of
-    the entries are non-zero, then, unless they finished, the float32 sweeps (``C32`` given) and
-    the float64 ones. Returns the three sweep counts."""
+    """:func:`s_step` on the rows given (S updated in place; W None when W ≡ 1, ``coupling``
+    then (den, A) of ``_coupling``): the sparse sweeps where ``sparse`` and fewer than
+    ``SPARSE_DENSITY`` of the entries are non-zero, then, unless they finished, the float32
+    sweeps (``low``: A or C_off in float32) and the float64 ones. Returns the three sweep
+    counts."""
     done0 = done32 = 0
     left = max_sweeps
-    if coupling is not None and np.count_nonzero(S) < SPARSE_DENSITY * S.size:
+    if sparse and np.count_nonzero(S != 0) < SPARSE_DENSITY * S.size:
         # mostly exact zeros: float64 sweeps with sparse products beat float32 dense GEMMs;
         # when S fills in (the first S-step from S = Y), the dense sweeps below take over
         _, done0, finished = _s_sweeps_sparse(
@@ -304,18 +318,29 @@ def _s_step_rows(
         if finished:
             return done0, 0, 0
         left -= done0
-    weights_are_one = W is None
-    if C32 is not None:
-        f32 = np.float32
-        S32 = S.astype(f32)
-        W32 = None if W is None else W.astype(f32)
-        _, done32 = _s_sweeps(
-            S32, W32, Y.astype(f32), C32, blocks, gamma, rho, H.astype(f32),
-            weights_are_one, coarse_tol, left, omega,
-        )  # fmt: skip
+    if W is None:  # the fixed part of the update, (2Y − ρH)/den, made once for all sweeps
+        den, A = coupling
+        base = H * (-rho / den)[None, :]
+        base += Y * (2.0 / den)[None, :]
+
+        def sweeps(S, low, tol, left) -> int:
+            matrix = A if low is None else low
+            return _s_sweeps(S, base.astype(S.dtype, copy=False), matrix, blocks, tol, left, omega)[
+                1
+            ]
+    else:
+
+        def sweeps(S, low, tol, left) -> int:
+            Wd, Yd, Hd = (x.astype(S.dtype, copy=False) for x in (W, Y, H))
+            matrix = C_off if low is None else low
+            args = (Wd, Yd, matrix, blocks, gamma, rho, Hd, tol, left, omega)
+            return _s_sweeps_weighted(S, *args)[1]
+
+    if low is not None:
+        S32 = S.astype(np.float32)
+        done32 = sweeps(S32, low, coarse_tol, left)
         S[...] = S32
-    _, done = _s_sweeps(S, W, Y, C_off, blocks, gamma, rho, H, weights_are_one, tol, left, omega)
-    return done0, done32, done
+    return done0, done32, sweeps(S, None, tol, left)
 
 
 class SCCBG(BaseFuser):
@@ -576,7 +601,7 @@ class SCCBG(BaseFuser):
         change = np.empty((2, u))  # each S-step's per-row sums behind the change test
         # W and the lowest weight each entry reached (W itself ends ≡ 1 as λ grows): None while
         # they are all ones, allocated by the first W-step that runs (often none does)
-        W = W_min = None
+        W = W_min = H = None
         w_is_one = True
         lam, rho = float(self.lambda0), float(self.rho0)
         if c == 1:
@@ -597,7 +622,7 @@ class SCCBG(BaseFuser):
                 )
                 if ran:
                     W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
-            H = h_matrix(U[:, :c], V[:, :c], du, dv, threads)
+            H = h_matrix(U[:, :c], V[:, :c], du, dv, threads, out=H)
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
                 weights_are_one=w_is_one, tol=self.inner_tol, max_sweeps=self.max_sweeps,
