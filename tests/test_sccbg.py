@@ -321,6 +321,36 @@ def test_s_step_decreases_surrogate_is_a_fixed_point_and_is_unique(noisy):
         np.testing.assert_allclose(S[i], ref.x, atol=1e-5)
 
 
+@pytest.mark.parametrize("coarse_tol", [None, 1e-5])
+def test_s_step_holds_the_entries_of_zero_weight_apart(noisy, coarse_tol):
+    """Where W_ip = 0 the entry has no quadratic term: the S-step sets it to 0 if H_ip > 0 and
+    leaves it where it was otherwise (rounded to float32 by the float32 sweeps); every other
+    entry meets the fixed point of the update."""
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(8)
+    gamma, rho = 1e-2, 50.0
+    W = rng.uniform(0.2, 1, size=Y.shape)
+    W[rng.random(Y.shape) < 0.1] = 0.0
+    S0 = np.clip(Y + rng.normal(scale=0.2, size=Y.shape), 0, 1)
+    sig, U, V, du, dv = spectral(S0, np.ones(Y.shape[0]), 3)
+    H = h_matrix(U, V, du, dv)
+    H[rng.random(Y.shape) < 0.3] = 0.0
+    S, _ = s_step(
+        S0.copy(), W, Y, C_off, blocks, gamma, rho, H, tol=1e-13, max_sweeps=2000,
+        coarse_tol=coarse_tol,
+    )  # fmt: skip
+    free = W == 0
+    assert free.sum() > 50 and (free & (H > 0)).any() and (free & (H == 0)).any()
+    np.testing.assert_array_equal(S[free & (H > 0)], 0.0)
+    held = S0 if coarse_tol is None else S0.astype(np.float32)  # float32 sweeps round it once
+    np.testing.assert_array_equal(S[free & (H == 0)], held[free & (H == 0)])
+    num = 2 * W**2 * Y + 4 * gamma * W * ((W * S) @ C_off) - rho * H
+    den = 2 * W**2 + 4 * gamma * W * (W @ C_off)
+    fixed = np.clip(num[~free] / den[~free], 0, 1)
+    assert np.abs(fixed - S[~free]).max() < 1e-8
+
+
 @pytest.mark.parametrize("sparse_share", [0.0, 1.0])  # GEMMs; sparse products
 def test_the_w_steps_products_kept_up_to_date_equal_fresh_ones(sparse_share, monkeypatch):
     """The W-step starts from its sure-rows test's products (those of W ≡ 1) and adds what

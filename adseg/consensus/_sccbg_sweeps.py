@@ -97,21 +97,30 @@ def _drop_stopped(out, active, done, moving: dict, key: str = "S") -> np.ndarray
 
 
 def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, omega):
-    """:func:`_s_sweeps` with W ≠ 1: num = 2W²Y + 4γ W (S⊙W)·C − ρH and den = 2W² + 4γ W (W·C).
-    W does not change during an S-step, so den, 2W²Y, 4γW and ρH are made once, not in each
-    sweep, by the same operations; W·C (one GEMM per block) is made once on all the rows rather
-    than again each sweep on the rows still moving (the same values up to that GEMM's rounding).
-    A sweep is then one GEMM per block, (S⊙W)·C_J. Memory: ~9 ua × k arrays of the rows."""
+    """:func:`_s_sweeps` with W ≠ 1: num = 2W²Y + 4γ W (S⊙W)·C − ρH and den = 2W² + 4γ W (W·C),
+    new = clip(old + ω(num/den − old), 0, 1) where den > ``_DEN_EPS``; elsewhere (W_ip = 0)
+    the entry has no quadratic term: 0 if H_ip > 0, else it keeps its value.
+
+    W does not change during an S-step, so the update is regrouped as (S⊙W)·C_J ⊙ q + base with
+    q = 4γW/den and base = (2W²Y − ρH)/den made once per step (W·C, one GEMM per block, with
+    them). A sweep is then one GEMM per block and ~12 passes over its columns of the rows still
+    moving. Memory: ~6 ua × k arrays of the rows (S, W, S⊙W, q, base, the den = 0 masks)."""
     u = S.shape[0]
     blocks = _block_slices(blocks)
-    W2 = W * W
-    # the moving rows' arrays: views of S and W until some rows stop, and the fixed terms
-    m = {"S": S, "W": W, "WS": S * W, "y2w": 2.0 * W2 * Y, "g": 4.0 * gamma * W, "rh": rho * H}
-    m["den"] = np.empty_like(S)
-    for J in blocks:  # loop over base clusterings: den = 2W² + 4γ W (W·C), as the sweeps made it
-        m["den"][:, J] = 2.0 * W2[:, J] + m["g"][:, J] * _off_block_product(W, C_off, J)
-    del W2
-    m["ok"], m["h_pos"] = m["den"] > _DEN_EPS, H > 0
+    m = {"S": S, "W": W, "WS": S * W, "q": np.empty_like(S), "base": np.empty_like(S)}
+    free = np.empty(S.shape, dtype=bool)  # den = 0 (to _DEN_EPS): the entries held apart
+    for J in blocks:  # loop over base clusterings: the fixed terms, a block of columns at a time
+        Wj = W[:, J]
+        den = _off_block_product(W, C_off, J)
+        den *= 4.0 * gamma * Wj
+        den += 2.0 * Wj * Wj
+        np.less_equal(den, _DEN_EPS, out=free[:, J])
+        flat = np.where(free[:, J], np.inf, den)  # 1/den = 0 where den = 0: set apart below
+        np.divide(4.0 * gamma * Wj, flat, out=m["q"][:, J])
+        np.divide(2.0 * Wj * Wj * Y[:, J] - rho * H[:, J], flat, out=m["base"][:, J])
+    m["zero"], m["keep"] = free & (H > 0), free & (H <= 0)
+    any_free = bool(free.any())
+    del free
     active = np.arange(u)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
@@ -119,16 +128,21 @@ def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, o
         for J in blocks:  # loop over base clusterings
             old = m["S"][:, J]
             t = _off_block_product(m["WS"], C_off, J)
-            num = m["y2w"][:, J] + m["g"][:, J] * t - m["rh"][:, J]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                new = np.where(
-                    m["ok"][:, J],
-                    np.clip(old + omega * (num / m["den"][:, J] - old), 0.0, 1.0),
-                    np.where(m["h_pos"][:, J], 0.0, old),
-                )
-            np.maximum(row_delta, np.abs(new - old).max(axis=1), out=row_delta)
-            m["S"][:, J] = new
-            m["WS"][:, J] = new * m["W"][:, J]
+            t *= m["q"][:, J]
+            t += m["base"][:, J]
+            if omega != 1.0:  # t = old + ω(t − old), in place
+                t -= old
+                t *= omega
+                t += old
+            np.clip(t, 0.0, 1.0, out=t)
+            if any_free:
+                np.copyto(t, old, where=m["keep"][:, J])
+                t[m["zero"][:, J]] = 0.0
+            np.subtract(old, t, out=old)  # the old values are spent: |new − old| in their place
+            np.abs(old, out=old)
+            np.maximum(row_delta, old.max(axis=1), out=row_delta)
+            m["S"][:, J] = t
+            np.multiply(t, m["W"][:, J], out=m["WS"][:, J])
         active = _drop_stopped(S, active, row_delta < tol, m)
         if active.size == 0:
             break

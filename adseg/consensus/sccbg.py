@@ -55,6 +55,10 @@ _DEG_EPS = 1e-12
 # the spectral step use sparse products once S is mostly exact zeros; smaller inputs keep the
 # dense path unchanged
 SPARSE_WORK = 5_000_000
+# the float32 sweeps of an S-step run until every row moves less than this, then the float64
+# ones to ``inner_tol``. An entry inside (0, 1) has terms of order 1, which float32 resolves to
+# ~1e-7, so this is well above float32's rounding; lower, fewer float64 sweeps are needed
+COARSE_TOL = 1e-5
 # nonzero share of S below which the sparse path is taken (dense float32 GEMMs win above it)
 SPARSE_DENSITY = 0.03
 
@@ -139,10 +143,9 @@ def spectral(
         dv = Ssp.T @ mult
         su = 1.0 / np.sqrt(np.maximum(du, _DEG_EPS))
         sv = 1.0 / np.sqrt(np.maximum(dv, _DEG_EPS))
-        S_hat = sp.diags(su) @ Ssp @ sp.diags(sv)
-        X = sp.diags(np.sqrt(mult)) @ S_hat
+        X = sp.diags(np.sqrt(mult) * su) @ Ssp @ sp.diags(sv)
         gram = (X.T @ X).toarray()
-        del X, Ssp
+        del X
     else:
         du = np.concatenate(map_threads(lambda rows: S[rows].sum(axis=1), row_blocks, threads))
         dv = sum(map_threads(lambda rows: mult[rows] @ S[rows], row_blocks, threads))
@@ -159,22 +162,24 @@ def spectral(
         gram = sum(map_threads(gram_of, row_blocks, threads))
         gram *= sv[:, None]
         gram *= sv[None, :]
-        S_hat = None
+        Ssp = None
     r = min(n_vectors, k)
     vals, vecs = sla.eigh(gram, subset_by_index=(k - r, k - 1))
     vals, vecs = vals[::-1], vecs[:, ::-1]
     sig = np.sqrt(np.clip(vals, 0.0, None))
     # The Gram route squares σ; σ ≤ 1 holds exactly in theory, so clip the rounding above 1.
     sig = np.minimum(sig, 1.0)
-    if S_hat is None:  # dense: U = Ŝ V = diag(su) S (diag(sv) V), a GEMM per row block
-        right = sv[:, None] * vecs
-        U = np.concatenate(map_threads(lambda rows: S[rows] @ right, row_blocks, threads))
-        U *= su[:, None]
-    else:
-        U = np.asarray(S_hat @ vecs)
+    # U = Ŝ V Σ⁻¹ = diag(su) S (diag(sv) V Σ⁻¹), a product per row block (0 where σ = 0)
     nz = sig > 1e-10
-    U[:, nz] /= sig[nz]
-    U[:, ~nz] = 0.0
+    right = sv[:, None] * vecs
+    right[:, nz] /= sig[nz]
+    right[:, ~nz] = 0.0
+    U = np.empty((u, r))
+
+    def left_vectors(rows) -> None:
+        np.multiply((S[rows] if Ssp is None else Ssp[rows]) @ right, su[rows, None], out=U[rows])
+
+    map_threads(left_vectors, row_blocks, threads)
     if r < n_vectors:
         pad = n_vectors - r
         sig = np.concatenate([sig, np.zeros(pad)])
@@ -197,18 +202,42 @@ def h_matrix(
     place: a row block at a time on ``threads`` threads, one u × k array (``out`` if given: the
     last H, whose pages are then not allocated and faulted in again) and no u × k temporary.
     O(u k c) time."""
-    a = U / np.sqrt(np.maximum(du, _DEG_EPS))[:, None]
+    c = U.shape[1]
     b = V / np.sqrt(np.maximum(dv, _DEG_EPS))[:, None]
-    left = np.hstack([a, 0.5 * (a * a).sum(1)[:, None], np.ones((a.shape[0], 1))])
     right = np.hstack([-b, np.ones((b.shape[0], 1)), 0.5 * (b * b).sum(1)[:, None]]).T.copy()
-    H = np.empty((a.shape[0], b.shape[0])) if out is None else out
+    H = np.empty((U.shape[0], b.shape[0])) if out is None else out
 
     def finish(rows) -> None:  # H = max(½‖a‖² + ½‖b‖² − a bᵀ, 0) on a row block
-        np.matmul(left[rows], right, out=H[rows])
+        left = np.empty((rows.stop - rows.start, c + 2))
+        a = left[:, :c]
+        np.divide(U[rows], np.sqrt(np.maximum(du[rows], _DEG_EPS))[:, None], out=a)
+        left[:, c] = 0.5 * np.einsum("ij,ij->i", a, a)
+        left[:, c + 1] = 1.0
+        np.matmul(left, right, out=H[rows])
         np.maximum(H[rows], 0.0, out=H[rows])
 
     map_threads(finish, _row_blocks(H.shape), threads)
     return H
+
+
+def _max_sq_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max (a − b)² over a row block (0 for an empty one)."""
+    return float(np.max(np.abs(a - b), initial=0.0)) ** 2
+
+
+def _running_min(W_min: np.ndarray | None, W: np.ndarray, threads: int) -> np.ndarray:
+    """The lowest W reached: a copy of W the first time, else min(W_min, W) in place, by row
+    blocks on ``threads`` threads."""
+    if W_min is None:
+        W_min = np.empty_like(W)
+        map_threads(lambda rows: np.copyto(W_min[rows], W[rows]), _row_blocks(W.shape), threads)
+        return W_min
+
+    def lower(rows) -> None:
+        np.minimum(W_min[rows], W[rows], out=W_min[rows])
+
+    map_threads(lower, _row_blocks(W.shape), threads)
+    return W_min
 
 
 def _relative_change(sums: np.ndarray, mult: np.ndarray) -> float:
@@ -366,8 +395,8 @@ class SCCBG(BaseFuser):
         over-relaxation ω ∈ (0, 2) of the S-step (projected SOR; 1 = plain coordinate descent).
         The S-step is convex, so ω changes the speed, not the minimiser — except where
         ``max_sweeps`` cuts a solve short (γ ≥ 0.1 on the paper's data sets).
-    mixed_precision : run each S-solve's first sweeps in float32 (to a change < 1e-4 per row)
-        before the float64 sweeps that decide convergence; ~1.3× faster, same minimiser.
+    mixed_precision : run each S-solve's first sweeps in float32 (to a change < ``COARSE_TOL``
+        per row) before the float64 sweeps that decide convergence; faster, same minimiser.
     gamma_grid : candidates for ``gamma="auto"``.
     compress : fuse items with identical label rows (exact; see docs/algorithms/sccbg.md).
     sparse : True, False or "auto" (default: on when u·k ≥ ``SPARSE_WORK`` = 5e6, u distinct
@@ -593,7 +622,7 @@ class SCCBG(BaseFuser):
         omega = (
             young_relaxation(C_off, gamma) if self.relaxation == "auto" else float(self.relaxation)
         )
-        coarse = 1e-4 if self.mixed_precision and self.inner_tol < 1e-4 else None
+        coarse = COARSE_TOL if self.mixed_precision and self.inner_tol < COARSE_TOL else None
         sparse = u * k >= SPARSE_WORK if isinstance(self.sparse, str) else bool(self.sparse)
         self.sparse_path_ = sparse
 
@@ -621,7 +650,7 @@ class SCCBG(BaseFuser):
                     S, W, Y, C_off, blocks, lam, gamma, w_is_one, max_coupling, threads
                 )
                 if ran:
-                    W_min = W.copy() if W_min is None else np.minimum(W_min, W, out=W_min)
+                    W_min = _running_min(W_min, W, threads)
             H = h_matrix(U[:, :c], V[:, :c], du, dv, threads, out=H)
             S, ss = s_step(
                 S, W, Y, C_off, blocks, gamma, rho, H,
@@ -662,17 +691,24 @@ class SCCBG(BaseFuser):
         a fixed point, which it is once λ ≥ 2 max A² + 2γ max_p Σ_q C_pq (spec §2.4); A² ≤ 1,
         so λ ≥ 2 + 2γ max_p Σ_q C_pq decides it without the u × k pass."""
         sure = w_is_one and lam >= 2.0 + 2.0 * gamma * max_coupling
+        rows_of = _row_blocks(S.shape)
         if not sure:
-            a2max = float(np.max((S - Y) ** 2, initial=0.0))
+            a2max = max(map_threads(lambda rows: _max_sq_diff(S[rows], Y[rows]), rows_of, threads))
         if sure or (w_is_one and lam >= 2.0 * a2max + 2.0 * gamma * max_coupling):
             return W, 0, w_is_one, False
         if W is None:
-            W = np.ones_like(S)
+            W = np.empty_like(S)
+            map_threads(lambda rows: W[rows].fill(1.0), rows_of, threads)
         W, sw = w_step(
             S, W, Y, C_off, blocks, lam, gamma,
             tol=self.inner_tol, max_sweeps=self.max_sweeps, threads=threads,
         )  # fmt: skip
-        return W, sw, bool(np.all(W == 1.0)), True
+        return (
+            W,
+            sw,
+            all(map_threads(lambda rows: bool(np.all(W[rows] == 1.0)), rows_of, threads)),
+            True,
+        )
 
     @staticmethod
     def _result(labels, path, S, W, n_iter, converged, c, lam_hist, rho_hist, sweeps_hist):
