@@ -62,7 +62,7 @@ DEFAULT_SET_MAX_ADVERTISERS = {"lta": 2000, "trce": 2000, "sccbg": 50_000}
 DEFAULT_SET_WHY = {
     "lta": "its cost grows about with n³",
     "trce": "its cost grows about with n³",
-    "sccbg": "it takes about 3 GiB and 4–5 CPU minutes at 100,000, more than the nightly's "
+    "sccbg": "it takes about 3 GiB and 3.5 CPU minutes at 100,000, more than the nightly's "
     "8 GiB budget holds beside the rest",
 }
 """Why each fuser of :data:`DEFAULT_SET_MAX_ADVERTISERS` is left out above its limit."""
