@@ -451,6 +451,26 @@ def _row_blocks(shape: tuple[int, int]) -> list[slice]:
     return row_slices(*shape, ROW_BLOCK_VALUES, min_rows=256)
 
 
+def _max_sq_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max (a − b)² over a row block (0 for an empty one)."""
+    return float(np.max(np.abs(a - b), initial=0.0)) ** 2
+
+
+def _running_min(W_min: np.ndarray | None, W: np.ndarray, threads: int) -> np.ndarray:
+    """The lowest W reached: a copy of W the first time, else min(W_min, W) in place, by row
+    blocks on ``threads`` threads."""
+    if W_min is None:
+        W_min = np.empty_like(W)
+        map_threads(lambda rows: np.copyto(W_min[rows], W[rows]), _row_blocks(W.shape), threads)
+        return W_min
+
+    def lower(rows) -> None:
+        np.minimum(W_min[rows], W[rows], out=W_min[rows])
+
+    map_threads(lower, _row_blocks(W.shape), threads)
+    return W_min
+
+
 def w_step(
     S, W, Y, C_off, blocks, lam, gamma, *, tol=1e-6, max_sweeps=100, threads=1
 ) -> tuple[np.ndarray, int]:

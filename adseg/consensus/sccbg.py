@@ -41,7 +41,9 @@ from adseg.consensus._base import (
 from adseg.consensus._sccbg_labels import _merge_components, _renumber, _split_to
 from adseg.consensus._sccbg_sweeps import (
     _coupling,
+    _max_sq_diff,
     _row_blocks,
+    _running_min,
     _s_sweeps,
     _s_sweeps_sparse,
     _s_sweeps_weighted,
@@ -218,26 +220,6 @@ def h_matrix(
 
     map_threads(finish, _row_blocks(H.shape), threads)
     return H
-
-
-def _max_sq_diff(a: np.ndarray, b: np.ndarray) -> float:
-    """max (a − b)² over a row block (0 for an empty one)."""
-    return float(np.max(np.abs(a - b), initial=0.0)) ** 2
-
-
-def _running_min(W_min: np.ndarray | None, W: np.ndarray, threads: int) -> np.ndarray:
-    """The lowest W reached: a copy of W the first time, else min(W_min, W) in place, by row
-    blocks on ``threads`` threads."""
-    if W_min is None:
-        W_min = np.empty_like(W)
-        map_threads(lambda rows: np.copyto(W_min[rows], W[rows]), _row_blocks(W.shape), threads)
-        return W_min
-
-    def lower(rows) -> None:
-        np.minimum(W_min[rows], W[rows], out=W_min[rows])
-
-    map_threads(lower, _row_blocks(W.shape), threads)
-    return W_min
 
 
 def _relative_change(sums: np.ndarray, mult: np.ndarray) -> float:
