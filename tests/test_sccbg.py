@@ -272,6 +272,25 @@ def test_w_step_closed_forms(noisy):
     np.testing.assert_array_equal(W, 1.0)
 
 
+def test_w_step_sets_entries_with_no_fit_term_by_the_sign_of_their_gradient(noisy):
+    """Where A = S − Y is 0 the row's W-problem is linear in W_ip: the exact coordinate step
+    sets it to 1 if λ > 2γg and to 0 if λ < 2γg (g at the final W); both occur here."""
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    rng = np.random.default_rng(9)
+    S = np.clip(Y + rng.normal(scale=0.4, size=Y.shape), 0, 1)
+    flat = rng.random(Y.shape) < 0.3
+    S[flat] = Y[flat]
+    lam, gamma = 0.5, 0.05
+    W, _ = w_step(S, np.ones_like(Y), Y, C_off, blocks, lam, gamma, tol=1e-12, max_sweeps=500)
+    g = np.maximum(S**2 * (W @ C) - 2 * S * ((S * W) @ C) + (S**2 * W) @ C, 0)
+    up, down = flat & (lam > 2 * gamma * g + 1e-9), flat & (lam < 2 * gamma * g - 1e-9)
+    assert up.any() and down.any()
+    np.testing.assert_array_equal(W[up], 1.0)
+    np.testing.assert_array_equal(W[down], 0.0)
+    assert w_fixed_point_residual(S, W, Y, C, lam, gamma) < 1e-8
+
+
 # 7. S-step -------------------------------------------------------------------------------------
 
 

@@ -151,6 +151,9 @@ def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, o
     return S, sweeps
 
 
+# the sparse S-sweeps hand a row block to the dense ones once its moving rows have filled in
+# past this many times the density that let them take it
+_FILLED = 1.3
 TERMS_PER_CHUNK = 1 << 22
 """Terms (one S value times one coupling) per chunk of a block's coupling sums in the sparse
 S-sweeps: their index and value arrays (~32 bytes a term) are about 128 MB, whatever S's
@@ -262,8 +265,8 @@ def _s_sweeps_sparse(S, Y, coupling, blocks, rho, H, tol, max_sweeps, omega, den
     ρ is large, ~1 % of u·k: O(Σ_i |E_i|·nnz(S_i)) a sweep, E_i a row's candidates) when their sums
     cost fewer terms than S has entries, else with S as CSR (:func:`_s_sweeps_csr`,
     O(nnz(S)·k + u k) a sweep). Returns (S, sweeps, finished): not finished when S filled in
-    past twice ``density`` (then S holds the state reached, for the dense sweeps to go on
-    from)."""
+    past ``_FILLED`` times ``density`` (then S holds the state reached, for the dense sweeps
+    to go on from)."""
     u, k = S.shape
     den, A = coupling
     bound = _ROW_SUM_SLACK * S.sum(axis=1)
@@ -294,7 +297,7 @@ def _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density):
     finished = True  # max_sweeps spent counts as finished, as in the dense solver
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
         on = active[E.rows]
-        if np.count_nonzero(E.s[on]) > 2.0 * density * n_active * k:
+        if np.count_nonzero(E.s[on]) > _FILLED * density * n_active * k:
             # filled in (the first S-step from S = Y): the dense sweeps take over these rows
             sweeps -= 1
             finished = False
@@ -370,9 +373,10 @@ def _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)
     regrouped as S·(4γ C_off/den) + 2Y/den − ρH/den so that the coupling product is sparse ×
     dense and the Y and relaxation terms touch only non-zeros. Per sweep and active row:
     O(nnz(S_i)·k) for the products plus ~7 passes over the row's k entries (the dense solver
-    makes ~20 and a k × k product). Memory: the CSR blocks, ρH/den (u × k) and one u × k_b
-    block at a time. Returns (S, sweeps, finished): not finished when S filled in past twice
-    ``density`` (then S holds the state reached, for the dense sweeps to go on from)."""
+    makes ~8 and a k × k product). Memory: the CSR blocks, ρH/den (u × k) and one u × k_b
+    block at a time. Returns (S, sweeps, finished): not finished when S filled in past
+    ``_FILLED`` times ``density`` (then S holds the state reached, for the dense sweeps to go
+    on from)."""
     u, k = S.shape
     blocks = _block_slices(blocks)
     Ab = [np.ascontiguousarray(A[:, J]) for J in blocks]
@@ -388,7 +392,7 @@ def _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)
     sweeps = 0
     finished = True  # max_sweeps spent counts as finished, as in the dense solver
     for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - sweeps is reported
-        if sum(P.nnz for P in Sp) > 2.0 * density * active.size * k:
+        if sum(P.nnz for P in Sp) > _FILLED * density * active.size * k:
             # filled in (the first S-step from S = Y): the dense sweeps take over these rows
             sweeps -= 1
             finished = False
@@ -488,7 +492,7 @@ def w_step(
 
     Cost: the "sure" test two u × k × k GEMMs, whose products (W ≡ 1's) the sweeps then keep up
     to date as W changes (:func:`_spread`: sparse products of the changed entries, O(nnz(ΔW)·k),
-    or GEMMs where more than ``_SPARSE_CHANGE`` of a block's entries change), and per sweep ~20
+    or GEMMs where more than ``_SPARSE_CHANGE`` of a block's entries change), and per sweep ~17
     elementwise passes over ua × k (ua the rows still moving), all float64; memory about seven
     u × k float64 arrays (the stacked products and the active rows' copies). The rows go in
     blocks of about ``ROW_BLOCK_VALUES`` entries, so the working arrays are a block's, not u × k;
@@ -514,14 +518,17 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
     g1 = np.maximum(S2 * colsum - 2.0 * S * SC + S2C, 0.0)
     sure = np.all(2.0 * A2 + 2.0 * gamma * g1 < lam, axis=1)
     del g1
+    # 1/(2A²), +inf where 2A² is 0 (to _DEN_EPS): the update is then ±inf, clipped to 1 or 0
+    with np.errstate(divide="ignore"):
+        A2 = np.where(2.0 * A2 > _DEN_EPS, 0.5 / A2, np.inf)
     W[sure] = 1.0
     active = np.nonzero(~sure)[0]
     if active.size == 0:
         return W, 1
     if active.size == u:  # every row moves: views (W updated in place), no copies
-        m = {"W": W, "S": S, "S2": S2, "A2": A2}
+        m = {"W": W, "S": S, "S2": S2, "inv": A2}
     else:  # the moving rows' copies; the full A2 and S2 go
-        m = {"W": W[active], "S": S[active], "S2": S2[active], "A2": A2[active]}
+        m = {"W": W[active], "S": S[active], "S2": S2[active], "inv": A2[active]}
         SC, S2C = SC[active], S2C[active]
     del A2, S2
     # P = [W·C, (S⊙W)·C, (S²⊙W)·C] on the active rows: the test's products for W ≡ 1, less
@@ -537,16 +544,21 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
         P = [m["P0"], m["P1"], m["P2"]]
         for J in blocks:  # loop over base clusterings
             Sj, S2j = m["S"][:, J], m["S2"][:, J]
-            g = np.maximum(S2j * P[0][:, J] - 2.0 * Sj * P[1][:, J] + P[2][:, J], 0.0)
-            num = lam - 2.0 * gamma * g
-            den = 2.0 * m["A2"][:, J]
+            new = S2j * P[0][:, J]  # g = max(S²P0 − 2S P1 + P2, 0), then the update, in place
+            tmp = Sj * P[1][:, J]
+            tmp *= 2.0
+            new -= tmp
+            new += P[2][:, J]
+            np.maximum(new, 0.0, out=new)
+            new *= -2.0 * gamma
+            new += lam  # λ − 2γg
             old = m["W"][:, J]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                new = np.where(
-                    den > _DEN_EPS,
-                    np.clip(num / den, 0.0, 1.0),
-                    np.where(num > 0, 1.0, np.where(num < 0, 0.0, old)),
-                )
+            with np.errstate(invalid="ignore"):
+                new *= m["inv"][:, J]  # (λ − 2γg)/(2A²); 0 · inf = nan where both are 0
+            np.clip(new, 0.0, 1.0, out=new)
+            held = np.isnan(new)  # λ = 2γg where 2A² = 0: any value is a minimiser, kept
+            if held.any():
+                new[held] = old[held]
             change = new - old
             np.maximum(row_delta, np.abs(change).max(axis=1), out=row_delta)
             _spread(P, change, Sj, S2j, C_off[J])
