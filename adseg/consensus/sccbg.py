@@ -90,16 +90,19 @@ def membership_matrix(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sorted within a block; missing (-1) entries give no one. Also returns ``block`` (k,): the base
     clustering of each column. Memory n × k float64."""
     n, m = labels.shape
-    blocks, cols = [], []
-    for b in range(m):  # loop over clusterings (few)
+    blocks, ones = [], []
+    k = 0
+    for b in range(m):  # loop over clusterings (few): each one's column of every labelled item
         col = labels[:, b]
         ok = col != MISSING
         values, inverse = np.unique(col[ok], return_inverse=True)
-        onehot = np.zeros((n, values.size))
-        onehot[np.nonzero(ok)[0], inverse] = 1.0
-        cols.append(onehot)
+        ones.append((np.nonzero(ok)[0], k + inverse))
         blocks.append(np.full(values.size, b))
-    return np.hstack(cols), np.concatenate(blocks)
+        k += values.size
+    Y = np.zeros((n, k))
+    for rows, columns in ones:  # loop over clusterings (few)
+        Y[rows, columns] = 1.0
+    return Y, np.concatenate(blocks)
 
 
 def _coupling_counts(Y: np.ndarray, mult: np.ndarray, threads: int = 1) -> np.ndarray:
