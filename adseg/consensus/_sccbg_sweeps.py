@@ -65,21 +65,38 @@ def _s_sweeps(S, base, A, blocks, tol, max_sweeps, omega):
             old = Sa[:, J]
             t = _off_block_product(Sa, A, J)
             t += Ba[:, J]
-            if omega != 1.0:  # t = old + ω(t − old), in place
-                t -= old
-                t *= omega
-                t += old
-            np.clip(t, 0.0, 1.0, out=t)
-            np.subtract(old, t, out=old)  # the old values are spent: |new − old| in their place
-            np.abs(old, out=old)
-            np.maximum(row_delta, old.max(axis=1), out=row_delta)
+            _relax_and_clip(t, old, omega)
+            _largest_change(row_delta, old, t)
             Sa[:, J] = t
         active = _drop_stopped(S, active, row_delta < tol, moving)
         if active.size == 0:
             break
-    if active.size and moving["S"] is not S:
-        S[active] = moving["S"]
+    _write_back(S, active, moving)
     return S, sweeps
+
+
+def _relax_and_clip(t, old, omega) -> None:
+    """t = clip(old + ω(t − old), 0, 1) in place: the projected SOR step from the plain update
+    ``t`` (ω = 1: the clip alone)."""
+    if omega != 1.0:
+        t -= old
+        t *= omega
+        t += old
+    np.clip(t, 0.0, 1.0, out=t)
+
+
+def _largest_change(row_delta, old, new) -> None:
+    """row_delta = max(row_delta, max_j |new − old|) per row, computed in ``old``'s place (the
+    caller writes ``new`` over it next)."""
+    np.subtract(old, new, out=old)
+    np.abs(old, out=old)
+    np.maximum(row_delta, old.max(axis=1), out=row_delta)
+
+
+def _write_back(out, active, moving: dict, key: str = "S") -> None:
+    """At the end of the sweeps: the rows still moving, if they are copies, back into ``out``."""
+    if active.size and moving[key] is not out:
+        out[active] = moving[key]
 
 
 def _drop_stopped(out, active, done, moving: dict, key: str = "S") -> np.ndarray:
@@ -130,24 +147,17 @@ def _s_sweeps_weighted(S, W, Y, C_off, blocks, gamma, rho, H, tol, max_sweeps, o
             t = _off_block_product(m["WS"], C_off, J)
             t *= m["q"][:, J]
             t += m["base"][:, J]
-            if omega != 1.0:  # t = old + ω(t − old), in place
-                t -= old
-                t *= omega
-                t += old
-            np.clip(t, 0.0, 1.0, out=t)
+            _relax_and_clip(t, old, omega)
             if any_free:
                 np.copyto(t, old, where=m["keep"][:, J])
                 t[m["zero"][:, J]] = 0.0
-            np.subtract(old, t, out=old)  # the old values are spent: |new − old| in their place
-            np.abs(old, out=old)
-            np.maximum(row_delta, old.max(axis=1), out=row_delta)
+            _largest_change(row_delta, old, t)
             m["S"][:, J] = t
             np.multiply(t, m["W"][:, J], out=m["WS"][:, J])
         active = _drop_stopped(S, active, row_delta < tol, m)
         if active.size == 0:
             break
-    if active.size and m["S"] is not S:
-        S[active] = m["S"]
+    _write_back(S, active, m)
     return S, sweeps
 
 
@@ -520,17 +530,18 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
     del g1
     # 1/(2A²), +inf where 2A² is 0 (to _DEN_EPS): the update is then ±inf, clipped to 1 or 0
     with np.errstate(divide="ignore"):
-        A2 = np.where(2.0 * A2 > _DEN_EPS, 0.5 / A2, np.inf)
+        inv = np.where(2.0 * A2 > _DEN_EPS, 0.5 / A2, np.inf)
+    del A2
     W[sure] = 1.0
     active = np.nonzero(~sure)[0]
     if active.size == 0:
         return W, 1
     if active.size == u:  # every row moves: views (W updated in place), no copies
-        m = {"W": W, "S": S, "S2": S2, "inv": A2}
-    else:  # the moving rows' copies; the full A2 and S2 go
-        m = {"W": W[active], "S": S[active], "S2": S2[active], "inv": A2[active]}
+        m = {"W": W, "S": S, "S2": S2, "inv": inv}
+    else:  # the moving rows' copies; the full 1/(2A²) and S2 go
+        m = {"W": W[active], "S": S[active], "S2": S2[active], "inv": inv[active]}
         SC, S2C = SC[active], S2C[active]
-    del A2, S2
+    del inv, S2
     # P = [W·C, (S⊙W)·C, (S²⊙W)·C] on the active rows: the test's products for W ≡ 1, less
     # those of 1 − W (sparse), then kept up to date as each block changes W
     m["P0"] = np.empty((active.size, k))
@@ -566,8 +577,7 @@ def _w_step_rows(S, W, Y, C_off, blocks, lam, gamma, tol, max_sweeps) -> tuple[n
         active = _drop_stopped(W, active, row_delta < tol, m, "W")
         if active.size == 0:
             break
-    if active.size and m["W"] is not W:
-        W[active] = m["W"]
+    _write_back(W, active, m, "W")
     return W, sweeps
 
 

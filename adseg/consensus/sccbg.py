@@ -339,9 +339,9 @@ def _s_step_rows(
 
         def sweeps(S, low, tol, left) -> int:
             matrix = A if low is None else low
-            return _s_sweeps(S, base.astype(S.dtype, copy=False), matrix, blocks, tol, left, omega)[
-                1
-            ]
+            terms = base.astype(S.dtype, copy=False)  # a float32 copy for the float32 sweeps
+            _, done = _s_sweeps(S, terms, matrix, blocks, tol, left, omega)
+            return done
     else:
 
         def sweeps(S, low, tol, left) -> int:
@@ -688,12 +688,8 @@ class SCCBG(BaseFuser):
             S, W, Y, C_off, blocks, lam, gamma,
             tol=self.inner_tol, max_sweeps=self.max_sweeps, threads=threads,
         )  # fmt: skip
-        return (
-            W,
-            sw,
-            all(map_threads(lambda rows: bool(np.all(W[rows] == 1.0)), rows_of, threads)),
-            True,
-        )
+        ones = all(map_threads(lambda rows: bool(np.all(W[rows] == 1.0)), rows_of, threads))
+        return W, sw, ones, True
 
     @staticmethod
     def _result(labels, path, S, W, n_iter, converged, c, lam_hist, rho_hist, sweeps_hist):
