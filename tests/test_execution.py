@@ -174,6 +174,36 @@ def test_a_forked_workers_log_lines_are_printed_once(tmp_path):
     assert (tmp_path / "log.txt").read_text().count("line from a task") == 1
 
 
+def _log_as_the_engine(text: str) -> str:
+    import logging
+
+    logging.getLogger("distributed.worker").error(text)
+    logging.getLogger("tornado.application").error(text)
+    return text
+
+
+def test_a_forked_workers_engine_log_lines_do_not_reach_the_command(tmp_path):
+    """A worker whose heartbeat met the closing scheduler logged "Failed to communicate with
+    scheduler during heartbeat" and its traceback through the command's inherited stderr
+    handler (a CI run's quiet nightly printed it). The engine's lines stay in the worker; the
+    adseg lines of its tasks are still replayed."""
+    import logging
+
+    from adseg.app.execution import part_runner
+
+    handler = logging.FileHandler(tmp_path / "log.txt")
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        parts = [("a", _log_as_the_engine, ("engine line",)), ("b", _log_a_line, ("ours",))]
+        assert part_runner(None, 2)(parts) == ["engine line", "ours"]
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    text = (tmp_path / "log.txt").read_text()
+    assert "engine line" not in text and text.count("ours") == 1
+
+
 def test_tasks_on_an_engine_left_without_workers_fail_instead_of_waiting():
     """A cluster whose workers are gone (and not restarted) would keep the stage's tasks
     waiting forever: after the grace time with no worker, SchedulerUnreachable (exit 75). A

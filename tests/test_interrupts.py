@@ -714,6 +714,40 @@ def test_a_stop_as_the_ingest_commits_says_that_the_data_is_written(engine, db_u
     assert (_rows(engine, "advertisers"), _rows(engine, "auctions")) == (4, 47)
 
 
+_STOP_AS_THE_INGEST_RETURNS = """
+import os, signal
+from adseg.store import load
+real_write = load.write_batch
+
+def write_then_stop(*args, **kwargs):  # a handler run late: after write_batch has returned
+    summary = real_write(*args, **kwargs)
+    os.kill(os.getpid(), signal.{signal})
+    return summary
+
+load.write_batch = write_then_stop
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGHUP"])
+def test_a_stop_landing_after_the_ingest_returned_says_that_the_data_is_written(
+    engine, db_url, name
+):
+    """A stop raised outside the commit's deferred block, after write_batch had returned (its
+    C handler ran late, in another thread of a loaded machine), carried no summary: the command
+    said "nothing half-written is kept" and printed no table (a CI run saw stdout empty)."""
+    tiny = str(SAMPLES / "tiny")
+    proc = _adseg(
+        _STOP_AS_THE_INGEST_RETURNS.format(signal=name), "ingest", tiny, "--database-url", db_url
+    )
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    assert "67 rows read and validated in" in proc.stdout
+    assert proc.stderr.endswith(
+        ": stopped after the ingest was committed (written: advertisers 4, auctions 47, "
+        "delivery 16 rows)\n"
+    )
+    assert (_rows(engine, "advertisers"), _rows(engine, "auctions")) == (4, 47)
+
+
 _STOP_AS_THE_INGEST_TABLE_PRINTS = """
 import os, signal
 from rich.table import Table

@@ -188,8 +188,7 @@ def _embedded_cluster(n_workers: int) -> Iterator:
             finally:
                 # for good: a connection of the closed cluster that its threads drop late
                 # logs "Stream is closed", which is not the command's to say
-                for name in ("distributed", "tornado"):
-                    logging.getLogger(name).setLevel(logging.CRITICAL)
+                _silence_engine_logs()
 
 
 def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
@@ -609,15 +608,28 @@ def dask_setup(worker=None) -> None:
     (``nohup``: a hang-up that spares the run spares its workers); then the stop signals the
     worker was forked with blocked are unblocked. Its allocator is the command's, as it was
     forked (:func:`tune_malloc` leaves it). It first lets go of its siblings' lifelines
-    (:func:`_drop_siblings_lifelines`)."""
+    (:func:`_drop_siblings_lifelines`). The engine's own log lines below CRITICAL go nowhere:
+    forked, it inherits the command's stderr handler, and as the cluster closes a worker whose
+    heartbeat meets the closed scheduler logs an ERROR with a traceback on the command's
+    stderr (a CI run's quiet `nightly … | head` printed one). What a task raises, or a worker
+    lost, reaches the command through its futures."""
     global _forked_worker
     _forked_worker = True
+    _silence_engine_logs()
     _drop_siblings_lifelines()
     for signum in set(handled_stops()) & set(TERMINATING):
         signal.signal(signum, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _silence_engine_logs() -> None:
+    """Drop every record below CRITICAL of the engine's loggers in this process: distributed's
+    and tornado's, each one that has a level of its own (tornado.application's ERROR) too."""
+    loggers = logging.root.manager.loggerDict
+    for name in [n for n in loggers if n.split(".")[0] in ("distributed", "tornado")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _drop_siblings_lifelines() -> None:

@@ -39,13 +39,15 @@ def ingest(
     started = time.perf_counter()
     batch = read_directory(directory, known_advertiser_ids(engine))
     read_seconds = time.perf_counter() - started
-    stopped = None
+    stopped, committed = None, []
     try:
-        summary = _write_with_progress(engine, batch, quiet)
+        summary = _write_with_progress(engine, batch, quiet, committed.append)
     except (KeyboardInterrupt, Terminated) as exc:
-        if (summary := getattr(exc, "committed", None)) is None:
+        # whether the batch is written is the commit's to say, not the exception's: a stop
+        # whose handler ran late lands after write_batch returned, without `committed`
+        if not committed:
             raise  # before the commit: nothing was written (handle_errors' line)
-        stopped = exc  # during the commit: the batch is written, and the table says what
+        summary, stopped = committed[0], exc  # the batch is written; the table says what
     printed = quiet
     while not printed:  # a stop landing late (Python runs handlers when it can) waits for it
         try:
@@ -80,15 +82,17 @@ def _print_ingested(directory: Path, summary, read_seconds: float) -> None:
     )
 
 
-def _write_with_progress(engine, batch, quiet: bool):
+def _write_with_progress(engine, batch, quiet: bool, on_commit):
+    """write_batch with a progress bar on stderr (unless ``quiet``); ``on_commit`` as there."""
     from rich.progress import Progress
 
     from adseg.store.load import write_batch
 
     if not show_progress(quiet):
-        return write_batch(engine, batch)
+        return write_batch(engine, batch, on_commit=on_commit)
     with Progress(console=err, transient=True) as progress:
         tasks = {
             t: progress.add_task(f"loading {t}", total=n) for t, n in batch.rows().items() if n
         }
-        return write_batch(engine, batch, lambda t, n: progress.advance(tasks[t], n))
+        advance = lambda t, n: progress.advance(tasks[t], n)  # noqa: E731 - a row count's step
+        return write_batch(engine, batch, advance, on_commit)

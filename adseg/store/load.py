@@ -53,7 +53,12 @@ def known_advertiser_ids(engine: Engine) -> set[str]:
         return set(conn.scalars(select(Advertiser.advertiser_id)))
 
 
-def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = None):
+def write_batch(
+    engine: Engine,
+    batch: IngestBatch,
+    progress: Progress | None = None,
+    on_commit: Callable[[IngestSummary], object] | None = None,
+):
     """Upsert every table of the batch in one transaction; any error rolls everything back.
 
     A row whose key is stored already is updated only when a value differs, so re-ingesting a
@@ -67,6 +72,10 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
     it (also one whose exception was lost: interrupts.check_pending) rolls everything back; one
     that arrives during the commit is raised once the commit is done, with the summary as its
     ``committed`` attribute, so that the caller can say that the batch was written.
+    ``on_commit(summary)`` is called as the commit returns, with the stops still deferred: a
+    caller that must know whether the batch is written, wherever a stop's exception lands (a
+    signal's C handler can run late, in another thread, after this function has returned), asks
+    it rather than the exception.
 
     A table given as an :class:`adseg.ingest.chunked.ChunkedTable` (a large file) is read again
     and written chunk by chunk inside the same transaction; a chunk that no longer validates
@@ -104,6 +113,8 @@ def write_batch(engine: Engine, batch: IngestBatch, progress: Progress | None = 
                 check_pending()
                 transaction.commit()
                 summary = IngestSummary(tuple(summaries), time.perf_counter() - t0)
+                if on_commit is not None:
+                    on_commit(summary)
         except (KeyboardInterrupt, Terminated) as exc:
             if summary is not None:  # the stop came during the commit: the batch is written
                 exc.committed = summary
