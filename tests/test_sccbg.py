@@ -855,14 +855,14 @@ def test_the_sparse_sweeps_two_forms_give_the_same_bits(noisy, monkeypatch):
     Y, C, C_off, blocks, _ = setup(labels)
     H = rank_term_of(Y)
     builds = []
-    real = sweeps._Entries.build.__func__
+    real = sweeps._Entries.scan.__func__
 
     def counted(cls, *args, **kwargs):
         made = real(cls, *args, **kwargs)
-        builds.append(made is not None)
+        builds.append(made[0] is not None)
         return made
 
-    monkeypatch.setattr(sweeps._Entries, "build", classmethod(counted))
+    monkeypatch.setattr(sweeps._Entries, "scan", classmethod(counted))
     for gamma, rho, omega in ((1e-3, 5.0, 1.0), (1e-2, 50.0, 1.3), (1e-3, 200.0, 1.1)):
         kw = dict(weights_are_one=True, tol=1e-12, max_sweeps=5000, omega=omega, sparse=True)
         runs = []
@@ -883,6 +883,44 @@ def test_the_sparse_sweeps_two_forms_give_the_same_bits(noisy, monkeypatch):
         np.testing.assert_array_equal(cand, csr)
         np.testing.assert_array_equal(tight, csr)
         assert n_csr == n_cand == n_tight
+
+
+def test_a_block_whose_candidates_say_it_fills_in_goes_to_the_dense_sweeps(noisy, monkeypatch):
+    """Where the candidate entries of a sparse row block are past the sparse density but within
+    _UNINFORMATIVE times it, the step fills the block in: no sparse sweep runs, and the result is
+    the dense sweeps' to the bit. Past _UNINFORMATIVE times (a loose bound), the sparse sweeps
+    run as before."""
+    import adseg.consensus.sccbg as sccbg_module
+    from adseg.consensus import _sccbg_sweeps as sweeps
+
+    labels, _ = noisy
+    Y, C, C_off, blocks, _ = setup(labels)
+    H = rank_term_of(Y)
+    gamma, rho = 1e-3, 50.0  # the bound admits 36 % of the entries; 26 % are Y's
+    den, A = sweeps._coupling(C_off, gamma)
+    S0 = 0.2 * Y
+    bound = sweeps._ROW_SUM_SLACK * S0.sum(axis=1)
+    _, count = sweeps._Entries.scan(S0, Y, H, rho / den, den, A.max(axis=0), bound)
+    share, start = count / Y.size, np.count_nonzero(S0) / Y.size
+    assert start < share < 1.0
+    kw = dict(weights_are_one=True, tol=1e-10, max_sweeps=500, omega=1.2)
+    ran = []
+    for name in ("_s_sweeps_candidates", "_s_sweeps_csr"):
+        real = getattr(sweeps, name)
+        monkeypatch.setattr(sweeps, name, lambda *a, real=real, **k: ran.append(1) or real(*a, **k))
+    dense, n_dense = s_step(S0.copy(), None, Y, C_off, blocks, gamma, rho, H, **kw)
+
+    # the sparse density between the start's and the candidates': it fills in
+    monkeypatch.setattr(sccbg_module, "SPARSE_DENSITY", max(start, share / 2) * 1.0001)
+    got, n_got = s_step(S0.copy(), None, Y, C_off, blocks, gamma, rho, H, sparse=True, **kw)
+    assert ran == [] and n_got == n_dense
+    np.testing.assert_array_equal(got, dense)
+
+    # past _UNINFORMATIVE times the sparse density, the bound says nothing: sparse sweeps run
+    monkeypatch.setattr(sweeps, "_UNINFORMATIVE", 0.999 * share / sccbg_module.SPARSE_DENSITY)
+    got, _ = s_step(S0.copy(), None, Y, C_off, blocks, gamma, rho, H, sparse=True, **kw)
+    assert ran
+    np.testing.assert_allclose(got, dense, atol=1e-8)
 
 
 def test_sparse_spectral_matches_dense(noisy, monkeypatch):

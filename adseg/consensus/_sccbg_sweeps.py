@@ -178,6 +178,17 @@ _ROW_SUM_SLACK = 1.25
 CANDIDATE_TERMS_PER_ENTRY = 1.0
 
 
+_UNINFORMATIVE = 10.0
+"""The candidates (:class:`_Entries`) bound the entries an S-step can make non-zero. Where
+they are more than the sparse density (``SPARSE_DENSITY``) of a row block but at most this
+many times it, the step fills the block in (late in a fit, as ρ falls or H moves: 1 % → 4 %
+within the first sweep), and its first sparse sweep alone would cost about as much as the
+block's whole dense solve, which then takes over anyway; the block goes to the dense sweeps
+from the start. Past this many times, the bound is too loose to say anything (small ρ: it
+admits 40–60 % of the entries where 1–2 % end up non-zero), and the sparse sweeps are tried as
+before. Either way the minimiser and the stopping rule are the same."""
+
+
 class _Entries:
     """The entries of S that an S-step with W ≡ 1 may make non-zero, row-major: S's non-zeros,
     Y's, and every (i, p) whose coupling bound s̄_i·max_q A_qp reaches ρH_ip/den_p (s̄_i ≥ the
@@ -187,22 +198,29 @@ class _Entries:
     @classmethod
     def build(cls, S, Y, H, scale, den, reach, row_bound, max_terms=None):
         """The candidates, or None once their coupling sums would cost more than
-        ``max_terms`` terms a sweep (Σ_i |E_i|·(nnz(S_i) + 1)). In row blocks (no u × k
-        temporary): O(u k) time, O(|E|) memory."""
+        ``max_terms`` terms a sweep (Σ_i |E_i|·(nnz(S_i) + 1)): :meth:`scan`'s first value."""
+        return cls.scan(S, Y, H, scale, den, reach, row_bound, max_terms)[0]
+
+    @classmethod
+    def scan(cls, S, Y, H, scale, den, reach, row_bound, max_terms=None):
+        """(the candidates or None as :meth:`build` says, their number): counted to the end
+        when over ``max_terms``, but not gathered. In row blocks (no u × k temporary): O(u k)
+        time, O(|E|) memory."""
         u, k = S.shape
         rows, cols, vals, hd, yv = [], [], [], [], []
-        terms = 0
+        terms = count = 0
         for block in row_slices(u, k, 1 << 20):  # loop over row blocks
             hd_b = H[block] * scale[None, :]  # ρH/den, the values the dense update uses
             limit = (row_bound[block] * (1.0 + 1e-12))[:, None] * reach[None, :]
             keep = hd_b <= limit
             keep |= S[block] != 0
             keep |= Y[block] != 0
+            per_row = keep.sum(axis=1, dtype=np.int64)
+            count += int(per_row.sum())
             # a sweep's terms: each candidate's sum runs over the row's non-zeros of S
-            nnz = np.count_nonzero(S[block], axis=1) + 1
-            terms += int(keep.sum(axis=1, dtype=np.int64) @ nnz)
+            terms += int(per_row @ (np.count_nonzero(S[block], axis=1) + 1))
             if max_terms is not None and terms > max_terms:
-                return None
+                continue  # not to be used: counted only
             flat = np.flatnonzero(keep)
             r, c = np.divmod(flat, k)
             rows.append(r + block.start)
@@ -210,6 +228,8 @@ class _Entries:
             vals.append(S[block].ravel()[flat])
             hd.append(hd_b.ravel()[flat])
             yv.append(Y[block].ravel()[flat])
+        if max_terms is not None and terms > max_terms:
+            return None, count
         E = cls()
         E.rows, E.cols = np.concatenate(rows), np.concatenate(cols)
         E.s, E.hd = np.concatenate(vals), np.concatenate(hd)
@@ -219,7 +239,7 @@ class _Entries:
         E.y_term[E.is_y] = 2.0 * y[E.is_y] / den[E.cols[E.is_y]]
         E.indptr = _row_pointer(E.rows, u)
         E.row_bound, E._inputs = row_bound, (Y, H, scale, den, reach)
-        return E
+        return E, count
 
     def rebuilt(self, S, row_sums) -> _Entries:
         """The candidates again, for S as it is now and a bound of ``_ROW_SUM_SLACK`` times
@@ -281,7 +301,9 @@ def _s_sweeps_sparse(S, Y, coupling, blocks, rho, H, tol, max_sweeps, omega, den
     den, A = coupling
     bound = _ROW_SUM_SLACK * S.sum(axis=1)
     budget = CANDIDATE_TERMS_PER_ENTRY * u * k
-    E = _Entries.build(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
+    E, count = _Entries.scan(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
+    if density * u * k < count <= _UNINFORMATIVE * density * u * k:
+        return S, 0, False  # it fills in (see _UNINFORMATIVE): the dense sweeps from the start
     if E is None:
         return _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)
     return _s_sweeps_candidates(S, E, A, blocks, tol, max_sweeps, omega, density)
