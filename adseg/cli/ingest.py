@@ -43,8 +43,8 @@ def ingest(
     try:
         summary = _write_with_progress(engine, batch, quiet, committed.append)
     except (KeyboardInterrupt, Terminated) as exc:
-        # whether the batch is written is the commit's to say, not the exception's: a stop
-        # whose handler ran late lands after write_batch returned, without `committed`
+        # whether the batch is written is the commit's to say (on_commit), not the place the
+        # stop landed: a stop whose handler ran late lands after write_batch has returned
         if not committed:
             raise  # before the commit: nothing was written (handle_errors' line)
         summary, stopped = committed[0], exc  # the batch is written; the table says what
@@ -94,5 +94,4 @@ def _write_with_progress(engine, batch, quiet: bool, on_commit):
         tasks = {
             t: progress.add_task(f"loading {t}", total=n) for t, n in batch.rows().items() if n
         }
-        advance = lambda t, n: progress.advance(tasks[t], n)  # noqa: E731 - a row count's step
-        return write_batch(engine, batch, advance, on_commit)
+        return write_batch(engine, batch, lambda t, n: progress.advance(tasks[t], n), on_commit)

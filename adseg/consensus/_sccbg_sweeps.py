@@ -209,6 +209,7 @@ class _Entries:
         u, k = S.shape
         rows, cols, vals, hd, yv = [], [], [], [], []
         terms = count = 0
+        over = False  # past max_terms: the rest is counted, not gathered
         for block in row_slices(u, k, 1 << 20):  # loop over row blocks
             hd_b = H[block] * scale[None, :]  # ρH/den, the values the dense update uses
             limit = (row_bound[block] * (1.0 + 1e-12))[:, None] * reach[None, :]
@@ -219,8 +220,9 @@ class _Entries:
             count += int(per_row.sum())
             # a sweep's terms: each candidate's sum runs over the row's non-zeros of S
             terms += int(per_row @ (np.count_nonzero(S[block], axis=1) + 1))
-            if max_terms is not None and terms > max_terms:
-                continue  # not to be used: counted only
+            over = max_terms is not None and terms > max_terms
+            if over:
+                continue
             flat = np.flatnonzero(keep)
             r, c = np.divmod(flat, k)
             rows.append(r + block.start)
@@ -228,7 +230,7 @@ class _Entries:
             vals.append(S[block].ravel()[flat])
             hd.append(hd_b.ravel()[flat])
             yv.append(Y[block].ravel()[flat])
-        if max_terms is not None and terms > max_terms:
+        if over:
             return None, count
         E = cls()
         E.rows, E.cols = np.concatenate(rows), np.concatenate(cols)
@@ -302,7 +304,8 @@ def _s_sweeps_sparse(S, Y, coupling, blocks, rho, H, tol, max_sweeps, omega, den
     bound = _ROW_SUM_SLACK * S.sum(axis=1)
     budget = CANDIDATE_TERMS_PER_ENTRY * u * k
     E, count = _Entries.scan(S, Y, H, rho / den, den, A.max(axis=0), bound, max_terms=budget)
-    if density * u * k < count <= _UNINFORMATIVE * density * u * k:
+    sparse_entries = density * u * k
+    if sparse_entries < count <= _UNINFORMATIVE * sparse_entries:
         return S, 0, False  # it fills in (see _UNINFORMATIVE): the dense sweeps from the start
     if E is None:
         return _s_sweeps_csr(S, Y, A, den, blocks, rho, H, tol, max_sweeps, omega, density)

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, Table, func, select
 
 from adseg.ingest import KEYS, TABLES, IngestBatch
 from adseg.ingest.chunked import ChunkedTable
-from adseg.interrupts import Terminated, check_pending, signals_deferred
+from adseg.interrupts import check_pending, signals_deferred
 from adseg.store.models import Advertiser, Auction, Delivery
 
 CHUNK_ROWS = 50_000
@@ -70,12 +70,10 @@ def write_batch(
 
     The commit is the one point after which the batch is written. A stop signal received before
     it (also one whose exception was lost: interrupts.check_pending) rolls everything back; one
-    that arrives during the commit is raised once the commit is done, with the summary as its
-    ``committed`` attribute, so that the caller can say that the batch was written.
-    ``on_commit(summary)`` is called as the commit returns, with the stops still deferred: a
-    caller that must know whether the batch is written, wherever a stop's exception lands (a
-    signal's C handler can run late, in another thread, after this function has returned), asks
-    it rather than the exception.
+    that arrives during the commit is raised once the commit is done. ``on_commit(summary)`` is
+    called as the commit returns, with the stops still deferred, so that a caller can say that
+    the batch was written wherever a stop's exception lands (a signal's C handler can run late,
+    in another thread, after this function has returned).
 
     A table given as an :class:`adseg.ingest.chunked.ChunkedTable` (a large file) is read again
     and written chunk by chunk inside the same transaction; a chunk that no longer validates
@@ -107,18 +105,12 @@ def write_batch(
             after = conn.scalar(select(func.count()).select_from(model_table))
             inserted = after - before
             summaries.append(TableSummary(table, len(frame), inserted, written - inserted))
-        summary = None
-        try:
-            with signals_deferred():
-                check_pending()
-                transaction.commit()
-                summary = IngestSummary(tuple(summaries), time.perf_counter() - t0)
-                if on_commit is not None:
-                    on_commit(summary)
-        except (KeyboardInterrupt, Terminated) as exc:
-            if summary is not None:  # the stop came during the commit: the batch is written
-                exc.committed = summary
-            raise
+        with signals_deferred():
+            check_pending()
+            transaction.commit()
+            summary = IngestSummary(tuple(summaries), time.perf_counter() - t0)
+            if on_commit is not None:
+                on_commit(summary)
     return summary
 
 
