@@ -343,6 +343,61 @@ def test_no_embedded_worker_holds_another_workers_lifeline():
     assert held == {pid: set() for pid in lifelines}
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_waits_while_a_workers_process_object_is_half_made(monkeypatch):
+    """The cluster forks each worker from a thread while it makes the next worker's process
+    object on its loop. A worker forked while that object was half made (its parent-alive pipe
+    open, the write end not yet set) kept the write end (the test above: 1 start in 15)."""
+    import asyncio
+    import gc
+    import threading
+    import time
+
+    import distributed.process
+
+    from adseg.app.execution import _no_fork_while_a_worker_is_made
+
+    _no_fork_while_a_worker_is_made()
+    context = distributed.process.get_mp_context()
+    pipe_open = threading.Event()
+
+    class SlowPipes:
+        """The context, its pipes handed over 0.5 s after they are open."""
+
+        def __getattr__(self, name):
+            return getattr(context, name)
+
+        def Pipe(self, duplex=True):  # noqa: N802 - multiprocessing's name
+            ends = context.Pipe(duplex)
+            pipe_open.set()
+            time.sleep(0.5)
+            return ends
+
+    monkeypatch.setattr(distributed.process, "get_mp_context", SlowPipes)
+    made = []
+
+    async def make():  # as the cluster does, on an event loop; never started
+        made.append(distributed.process.AsyncProcess(target=print))
+
+    maker = threading.Thread(target=asyncio.run, args=(make(),))
+    maker.start()
+    pipe_open.wait()
+    read, write = os.pipe()
+    if (pid := os.fork()) == 0:  # the child counts the half-made process objects it has
+        half = sum(
+            isinstance(o, distributed.process.AsyncProcess) and not hasattr(o, "_keep_child_alive")
+            for o in gc.get_objects()
+        )
+        os.write(write, bytes([half]))
+        os._exit(0)
+    os.close(write)
+    half_made = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    maker.join()
+    assert half_made == bytes([0]) and len(made) == 1
+
+
 def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block():
     """Inside shared_engine the stages get the same embedded cluster (started at once with
     start_workers, else by the first stage); its workers end with the block."""

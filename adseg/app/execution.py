@@ -13,7 +13,8 @@ forked workers, against ~1 s + ~3 s (each worker imports numpy, scikit-learn and
 ~0.9 s with spawned ones. Hence forked workers: they also inherit the fusers registered in this
 process. A stop (Ctrl-C, SIGTERM, SIGHUP) or an error leaving the block kills the workers at
 once; a kill -9 of this process ends them too (each watches a pipe to its parent, whose write
-end no sibling keeps: :func:`_drop_siblings_lifelines`).
+end no sibling keeps: :func:`_no_fork_while_a_worker_is_made`,
+:func:`_drop_siblings_lifelines`).
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def _embedded_cluster(n_workers: int) -> Iterator:
     distributed = _distributed()
     cluster = client = None
     engine_log = logging.getLogger("distributed")
+    _no_fork_while_a_worker_is_made()
     with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
         try:
             with signals_deferred():
@@ -189,6 +191,40 @@ def _embedded_cluster(n_workers: int) -> Iterator:
                 # for good: a connection of the closed cluster that its threads drop late
                 # logs "Stream is closed", which is not the command's to say
                 _silence_engine_logs()
+
+
+_making_a_worker = threading.Lock()
+"""Held while the engine makes a worker's process object, and by each fork of this process."""
+
+
+@functools.cache
+def _no_fork_while_a_worker_is_made() -> None:
+    """From now on, no fork of this process lands while the engine makes a worker's process
+    object (distributed's ``AsyncProcess``, which opens the worker's parent-alive pipe).
+
+    The cluster makes its workers' process objects on its event loop and forks each worker from
+    a thread of its own, so one worker could be forked while a sibling's object was half made:
+    its pipe open, its ``_keep_child_alive`` not yet set. That worker kept the sibling's write
+    end, out of :func:`_drop_siblings_lifelines`' reach. Here the making holds a lock that
+    every fork takes first (an at-fork hook, for good: once per process). Cost: one lock per
+    fork and per worker made, uncontended but for such a race."""
+    import os
+
+    from distributed.process import AsyncProcess
+
+    make = AsyncProcess.__init__
+
+    @functools.wraps(make)
+    def made_whole(self, *args, **kwargs):
+        with _making_a_worker:
+            make(self, *args, **kwargs)
+
+    AsyncProcess.__init__ = made_whole
+    os.register_at_fork(
+        before=_making_a_worker.acquire,
+        after_in_parent=_making_a_worker.release,
+        after_in_child=_making_a_worker.release,
+    )
 
 
 def run_tasks(tasks, scheduler: str | None, n_workers: int, poll: float = 0.1):
