@@ -355,7 +355,7 @@ def test_a_fork_waits_while_a_workers_process_object_is_half_made(monkeypatch):
 
     import distributed.process
 
-    from adseg.app.execution import _no_fork_while_a_worker_is_made
+    from adseg.app.execution import _making_a_worker, _no_fork_while_a_worker_is_made
 
     _no_fork_while_a_worker_is_made()
     context = distributed.process.get_mp_context()
@@ -388,14 +388,17 @@ def test_a_fork_waits_while_a_workers_process_object_is_half_made(monkeypatch):
             isinstance(o, distributed.process.AsyncProcess) and not hasattr(o, "_keep_child_alive")
             for o in gc.get_objects()
         )
-        os.write(write, bytes([half]))
+        free = _making_a_worker.acquire(blocking=False)  # the child may make workers too
+        os.write(write, bytes([half, free]))
         os._exit(0)
     os.close(write)
-    half_made = os.read(read, 1)
+    seen = os.read(read, 2)
     os.close(read)
     os.waitpid(pid, 0)
     maker.join()
-    assert half_made == bytes([0]) and len(made) == 1
+    assert seen == bytes([0, 1]) and len(made) == 1
+    assert _making_a_worker.acquire(blocking=False)  # and this process, after the fork
+    _making_a_worker.release()
 
 
 def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block():
