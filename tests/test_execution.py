@@ -381,24 +381,25 @@ def test_a_fork_waits_while_a_workers_process_object_is_half_made(monkeypatch):
 
     maker = threading.Thread(target=asyncio.run, args=(make(),))
     maker.start()
-    pipe_open.wait()
+    assert pipe_open.wait(timeout=30)
     read, write = os.pipe()
     if (pid := os.fork()) == 0:  # the child counts the half-made process objects it has
-        half = sum(
-            isinstance(o, distributed.process.AsyncProcess) and not hasattr(o, "_keep_child_alive")
-            for o in gc.get_objects()
-        )
-        free = _making_a_worker.acquire(blocking=False)  # the child may make workers too
-        os.write(write, bytes([half, free]))
-        os._exit(0)
+        try:
+            half = sum(
+                issubclass(type(o), distributed.process.AsyncProcess)
+                and not hasattr(o, "_keep_child_alive")
+                for o in gc.get_objects()
+            )
+            free = _making_a_worker.acquire(blocking=False)  # the child may make workers too
+            os.write(write, bytes([half, free]))
+        finally:
+            os._exit(0)
     os.close(write)
     seen = os.read(read, 2)
     os.close(read)
     os.waitpid(pid, 0)
-    maker.join()
+    maker.join(timeout=30)
     assert seen == bytes([0, 1]) and len(made) == 1
-    assert _making_a_worker.acquire(blocking=False)  # and this process, after the fork
-    _making_a_worker.release()
 
 
 def test_a_shared_engine_is_one_cluster_for_every_stage_and_ends_with_its_block():

@@ -194,7 +194,8 @@ def _embedded_cluster(n_workers: int) -> Iterator:
 
 
 _making_a_worker = threading.Lock()
-"""Held while the engine makes a worker's process object, and by each fork of this process."""
+"""Held while the engine makes a worker's process object, and by each hooked fork of this
+process (:func:`_no_fork_while_a_worker_is_made`)."""
 
 
 @functools.cache
@@ -206,8 +207,10 @@ def _no_fork_while_a_worker_is_made() -> None:
     a thread of its own, so one worker could be forked while a sibling's object was half made:
     its pipe open, its ``_keep_child_alive`` not yet set. That worker kept the sibling's write
     end, out of :func:`_drop_siblings_lifelines`' reach. Here the making holds a lock that
-    every fork takes first (an at-fork hook, for good: once per process). Cost: one lock per
-    fork and per worker made, uncontended but for such a race."""
+    every fork running Python's at-fork hooks takes first (``os.fork``, multiprocessing's fork
+    start; a subprocess that execs at once runs none and needs none), installed for good, once
+    per process. Cost: one lock per such fork and per worker made, uncontended but for such a
+    race."""
     import os
 
     from distributed.process import AsyncProcess
