@@ -830,7 +830,7 @@ def test_sparse_sweeps_coupling_sums_are_a_csr_products_to_the_bit(monkeypatch):
     A = rng.random((k, k)) * 0.1
     H = rng.random((u, k))
     den = 2.0 + rng.random(k)
-    E = sweeps._Entries.build(S, Y, H, 0.5 / den, den, A.max(axis=0), S.sum(axis=1))
+    E, _ = sweeps._Entries.scan(S, Y, H, 0.5 / den, den, A.max(axis=0), S.sum(axis=1))
     in_e = np.zeros((u, k), dtype=bool)
     in_e[E.rows, E.cols] = True
     assert in_e[S != 0].all()  # S's non-zeros are candidates

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -211,8 +212,6 @@ def _no_fork_while_a_worker_is_made() -> None:
     start; a subprocess that execs at once runs none and needs none), installed for good, once
     per process. Cost: one lock per such fork and per worker made, uncontended but for such a
     race."""
-    import os
-
     from distributed.process import AsyncProcess
 
     make = AsyncProcess.__init__
@@ -629,8 +628,6 @@ class _Warning(NamedTuple):
 def _kill_workers(cluster) -> None:
     """SIGKILL each worker process of ``cluster`` (None: nothing yet); the cluster reaps them
     as it closes."""
-    import os
-
     if cluster is None:
         return
     for nanny in list(cluster.workers.values()):

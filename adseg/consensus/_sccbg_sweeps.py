@@ -193,18 +193,13 @@ class _Entries:
     """The entries of S that an S-step with W ≡ 1 may make non-zero, row-major: S's non-zeros,
     Y's, and every (i, p) whose coupling bound s̄_i·max_q A_qp reaches ρH_ip/den_p (s̄_i ≥ the
     row's sum of S while this set is used; S, A ≥ 0 make (S·A)_ip ≤ s_i·max_q A_qp). Any other
-    entry's update is clip(negative) = 0 and stays 0. Made by :meth:`build`."""
-
-    @classmethod
-    def build(cls, S, Y, H, scale, den, reach, row_bound, max_terms=None):
-        """The candidates, or None once their coupling sums would cost more than
-        ``max_terms`` terms a sweep (Σ_i |E_i|·(nnz(S_i) + 1)): :meth:`scan`'s first value."""
-        return cls.scan(S, Y, H, scale, den, reach, row_bound, max_terms)[0]
+    entry's update is clip(negative) = 0 and stays 0. Made by :meth:`scan`."""
 
     @classmethod
     def scan(cls, S, Y, H, scale, den, reach, row_bound, max_terms=None):
-        """(the candidates or None as :meth:`build` says, their number): counted to the end
-        when over ``max_terms``, but not gathered. In row blocks (no u × k temporary): O(u k)
+        """(the candidates, their number); the candidates are None once their coupling sums
+        would cost more than ``max_terms`` terms a sweep (Σ_i |E_i|·(nnz(S_i) + 1)), and are
+        then counted to the end but not gathered. In row blocks (no u × k temporary): O(u k)
         time, O(|E|) memory."""
         u, k = S.shape
         rows, cols, vals, hd, yv = [], [], [], [], []
@@ -218,9 +213,9 @@ class _Entries:
             keep |= Y[block] != 0
             per_row = keep.sum(axis=1, dtype=np.int64)
             count += int(per_row.sum())
-            # a sweep's terms: each candidate's sum runs over the row's non-zeros of S
-            terms += int(per_row @ (np.count_nonzero(S[block], axis=1) + 1))
-            over = max_terms is not None and terms > max_terms
+            if not over:  # a sweep's terms: each candidate's sum runs over the row's S non-zeros
+                terms += int(per_row @ (np.count_nonzero(S[block], axis=1) + 1))
+                over = max_terms is not None and terms > max_terms
             if over:
                 continue
             flat = np.flatnonzero(keep)
@@ -247,7 +242,7 @@ class _Entries:
         """The candidates again, for S as it is now and a bound of ``_ROW_SUM_SLACK`` times
         ``row_sums`` (no budget: correctness does not depend on it)."""
         Y, H, scale, den, reach = self._inputs
-        return self.build(S, Y, H, scale, den, reach, _ROW_SUM_SLACK * row_sums)
+        return self.scan(S, Y, H, scale, den, reach, _ROW_SUM_SLACK * row_sums)[0]
 
     def write_to(self, S) -> None:
         S[self.rows, self.cols] = self.s
