@@ -52,14 +52,19 @@ def write_results(path: Path, generated: str) -> None:
 
 
 def recorded_command(script: str, args: Sequence[str]) -> str:
-    """The command line that reproduces this run, as the results files record it: the BLAS
-    thread setting and the niceness this process actually ran with (not an assumed
-    ``nice -n 10``), then ``.venv/bin/python benchmarks/<script> <args>`` (shell-quoted)."""
+    """The command line that reproduces this run, as the results files record it: the OpenBLAS
+    settings this process ran with (its thread count, and a kernel forced by
+    ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE``, which some machines set and which changes the
+    GEMM speed) and its niceness (not an assumed ``nice -n 10``), then
+    ``.venv/bin/python benchmarks/<script> <args>`` (shell-quoted)."""
     import shlex
 
-    threads = os.environ.get("OPENBLAS_NUM_THREADS")
     niceness = os.nice(0)
-    parts = [f"OPENBLAS_NUM_THREADS={threads}"] if threads else []
+    parts = [
+        f"{name}={shlex.quote(os.environ[name])}"
+        for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")
+        if os.environ.get(name)
+    ]
     parts += [f"nice -n {niceness}"] if niceness else []
     parts += [f".venv/bin/python benchmarks/{script}", shlex.join(args)]
     return " ".join(p for p in parts if p)
@@ -77,6 +82,21 @@ def machine_summary() -> str:
         f"{platform.platform()}, {os.cpu_count()} CPUs, {memory} memory, "
         f"Python {platform.python_version()}, load {load}"
     )
+
+
+def blas_kernel() -> str:
+    """The BLAS libraries this process calls, each with the kernel it picked (threadpoolctl):
+    a GEMM-bound timing depends on it (OpenBLAS's Haswell kernels run float32 GEMMs at about
+    two thirds the speed of its SkylakeX ones on an AVX-512 CPU)."""
+    import numpy  # noqa: F401 - loads numpy's BLAS, so that threadpoolctl finds it
+    from threadpoolctl import threadpool_info
+
+    found = [
+        f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')})"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+    return ", ".join(found) or "unknown"
 
 
 FuserFactory = Callable[[int, int], object]

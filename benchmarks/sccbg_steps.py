@@ -4,9 +4,10 @@ Fits ``SCCBG(80)`` once on ``fusers_100k.nightly_like(n)`` with ``n_jobs`` threa
 thread, and times every call of the fit's four steps (``w_step``, ``h_matrix``, ``s_step``,
 ``spectral``; the rest is the set-up, the co-association and the labels). Per outer iteration
 it reports the W-step's and S-step's seconds, the S-step's sweeps, S's non-zero share after it
-and ρ; then the totals by step. The BLAS library's kernel is named beside the machine: the same
-code took 114–121 s and 206–221 s on two VMs whose CPUs differ in AVX-512
-(docs/algorithms/sccbg.md).
+and ρ; then the totals by step. The BLAS library's kernel is named beside the machine, and a kernel
+forced by ``OPENBLAS_CORETYPE`` is in the recorded command: the same code took 85–126 s and
+199 s on two VMs whose CPUs differ in AVX-512, and ~20 % longer on the AVX-512 one with
+OpenBLAS held to its AVX2 kernels (docs/algorithms/sccbg.md).
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/sccbg_steps.py --size 100000 --n-jobs 2
 """
@@ -34,21 +35,14 @@ from fusers_100k import make, nightly_like  # noqa: E402
 
 import adseg.consensus.sccbg as sccbg  # noqa: E402
 from adseg.metrics import nmi  # noqa: E402
-from adseg_research.bench import machine_summary, recorded_command, write_results  # noqa: E402
+from adseg_research.bench import (  # noqa: E402
+    blas_kernel,
+    machine_summary,
+    recorded_command,
+    write_results,
+)
 
 STEPS = ("w_step", "h_matrix", "s_step", "spectral")
-
-
-def blas_kernel() -> str:
-    """The BLAS libraries numpy calls, with the kernel each picked (threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-
-    found = [
-        f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')})"
-        for i in threadpool_info()
-        if i.get("user_api") == "blas"
-    ]
-    return ", ".join(found) or "unknown"
 
 
 def timed_fit(n: int, n_jobs: int) -> tuple[list[tuple[str, float, dict]], dict]:

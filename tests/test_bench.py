@@ -141,11 +141,30 @@ def test_the_recorded_command_is_the_one_that_ran(monkeypatch):
     from adseg_research.bench import recorded_command
 
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.delenv("OPENBLAS_L2_SIZE", raising=False)
     niceness = os.nice(0)
     command = recorded_command("rcc_scaling.py", ["--sizes", "1000", "a b"])
     nice = f"nice -n {niceness} " if niceness else ""
     expected = f"OPENBLAS_NUM_THREADS=1 {nice}.venv/bin/python benchmarks/rcc_scaling.py"
     assert command == f"{expected} --sizes 1000 'a b'"
+
+
+def test_the_recorded_command_names_a_forced_blas_kernel(monkeypatch):
+    """A machine that forces OpenBLAS's kernel (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) runs the
+    GEMMs at another speed: the command that reproduces the timing must say so."""
+    from adseg_research.bench import recorded_command
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    command = recorded_command("sccbg_steps.py", ["--size", "100000"])
+    prefix = "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 OPENBLAS_NUM_THREADS=1 "
+    assert command.startswith(prefix)
+    assert command.endswith(".venv/bin/python benchmarks/sccbg_steps.py --size 100000")
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    monkeypatch.delenv("OPENBLAS_L2_SIZE")
+    assert "CORETYPE" not in recorded_command("sccbg_steps.py", [])
 
 
 def test_the_datasets_folder_comes_from_the_option_the_variable_or_the_working_directory(
