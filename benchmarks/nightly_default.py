@@ -36,7 +36,7 @@ from adseg.store import migrate
 from adseg.store import results as store
 from adseg.store.engine import make_engine
 from adseg.store.load import write_batch
-from adseg_research.bench import write_results
+from adseg_research.bench import blas_kernel, recorded_command, write_results
 
 RESULTS = Path(__file__).parent / "results" / "nightly_default.md"
 
@@ -282,16 +282,7 @@ def main() -> None:
     peak_own, peak_child = _peak_mib()
     mape = result.result.mape
     default = args.advertisers == MarketplaceConfig().n_advertisers
-    command = "`.venv/bin/python benchmarks/nightly_default.py`"
-    if not default or args.fuser or args.database or args.scheduler or args.local_cluster:
-        extra = "".join(f" --fuser {f}" for f in args.fuser or ())
-        extra += f" --local-cluster {args.local_cluster}" if args.local_cluster else ""
-        extra += f" --database {args.database}" if args.database else ""
-        extra += f" --scheduler {args.scheduler}" if args.scheduler else ""
-        command = (
-            f"`.venv/bin/python benchmarks/nightly_default.py --advertisers {args.advertisers}"
-            f"{extra} --output {args.output}`"
-        )
+    command = f"`{recorded_command('nightly_default.py', sys.argv[1:])}`"
     title = "the default sample marketplace"
     if not default:
         title = f"a {args.advertisers:,}-advertiser sample marketplace"
@@ -301,7 +292,8 @@ def main() -> None:
         f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
         f"({os.cpu_count()} cores, Python {platform.python_version()}); load average "
         f"{load0:.1f} before and {load1:.1f} after the run (the machine is shared: wall-clock "
-        "times are upper bounds; CPU time is this process's and its fuser worker processes').",
+        "times are upper bounds; CPU time is this process's and its fuser worker processes'). "
+        f"BLAS: {blas_kernel()}.",
         "",
         f"Command: {command} (`make demo` runs the same pipeline on the default marketplace: "
         "`adseg nightly --truth data/marketplace/truth.csv`).",

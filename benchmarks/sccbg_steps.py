@@ -5,9 +5,9 @@ thread, and times every call of the fit's four steps (``w_step``, ``h_matrix``, 
 ``spectral``; the rest is the set-up, the co-association and the labels). Per outer iteration
 it reports the W-step's and S-step's seconds, the S-step's sweeps, S's non-zero share after it
 and ρ; then the totals by step. The BLAS library's kernel is named beside the machine, and a kernel
-forced by ``OPENBLAS_CORETYPE`` is in the recorded command: the same code took 85–126 s and
-199 s on two VMs whose CPUs differ in AVX-512, and ~20 % longer on the AVX-512 one with
-OpenBLAS held to its AVX2 kernels (docs/algorithms/sccbg.md).
+forced by ``OPENBLAS_CORETYPE`` is in the recorded command: the same code took 85–98 s with
+OpenBLAS's SkylakeX kernels and 103–126 s with its AVX2 (Haswell) kernels on an AVX-512 VM, and
+199 s on an AVX2-only VM (docs/algorithms/sccbg.md).
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/sccbg_steps.py --size 100000 --n-jobs 2
 """

@@ -162,9 +162,12 @@ def test_the_recorded_command_names_a_forced_blas_kernel(monkeypatch):
     prefix = "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 OPENBLAS_NUM_THREADS=1 "
     assert command.startswith(prefix)
     assert command.endswith(".venv/bin/python benchmarks/sccbg_steps.py --size 100000")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "a b")
+    assert recorded_command("x.py", []).startswith("OPENBLAS_CORETYPE='a b' ")
     monkeypatch.delenv("OPENBLAS_CORETYPE")
     monkeypatch.delenv("OPENBLAS_L2_SIZE")
-    assert "CORETYPE" not in recorded_command("sccbg_steps.py", [])
+    command = recorded_command("sccbg_steps.py", [])
+    assert "CORETYPE" not in command and "L2_SIZE" not in command
 
 
 def test_the_datasets_folder_comes_from_the_option_the_variable_or_the_working_directory(
