@@ -71,8 +71,9 @@ def recorded_command(script: str, args: Sequence[str]) -> str:
 
 
 def machine_summary() -> str:
-    """One line naming the machine a benchmark ran on: platform, CPUs, memory, Python, and the
-    1/5/15-minute load averages at the call (the machines here are shared; timings need it)."""
+    """One line naming the machine a benchmark ran on: platform, CPUs, memory, Python, the
+    1/5/15-minute load averages at the call (the machines here are shared; timings need it)
+    and the BLAS kernels (:func:`blas_kernel`)."""
     try:
         memory = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
     except (ValueError, OSError, AttributeError):
@@ -80,7 +81,7 @@ def machine_summary() -> str:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"{platform.platform()}, {os.cpu_count()} CPUs, {memory} memory, "
-        f"Python {platform.python_version()}, load {load}"
+        f"Python {platform.python_version()}, load {load}, BLAS {blas_kernel()}"
     )
 
 

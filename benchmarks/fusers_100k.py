@@ -28,7 +28,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -44,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "fusers_100k.md"
 
-from adseg_research.bench import blas_kernel, recorded_command, write_results  # noqa: E402
+from adseg_research.bench import machine_summary, recorded_command, write_results  # noqa: E402
 from adseg_research.isolated import proc_kib  # noqa: E402
 
 SEED = 0
@@ -210,10 +209,8 @@ def report(out: Path, rows: list[dict], agree: list[dict], argv) -> None:
     lines = [
         "# sccbg and rcec at n = 20,000 and 100,000 (issue 40)",
         "",
-        f"Date: {stamp}. Machine: {platform.platform()}, nproc={os.cpu_count()}, one BLAS thread "
-        "per call (sccbg's `n_jobs` threads each run their own); "
-        f"load (1/5/15 min) at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}. "
-        f"BLAS: {blas_kernel()}.",
+        f"Date: {stamp}. Machine (load at the end): {machine_summary()}. One BLAS thread per "
+        "call (sccbg's `n_jobs` threads each run their own).",
         "",
         f"Command: `{recorded_command('fusers_100k.py', sys.argv[1:] if argv is None else argv)}`",
         "",

@@ -35,12 +35,7 @@ from fusers_100k import make, nightly_like  # noqa: E402
 
 import adseg.consensus.sccbg as sccbg  # noqa: E402
 from adseg.metrics import nmi  # noqa: E402
-from adseg_research.bench import (  # noqa: E402
-    blas_kernel,
-    machine_summary,
-    recorded_command,
-    write_results,
-)
+from adseg_research.bench import machine_summary, recorded_command, write_results  # noqa: E402
 
 STEPS = ("w_step", "h_matrix", "s_step", "spectral")
 
@@ -92,7 +87,7 @@ def report(out: Path, n: int, n_jobs: int, calls, totals, argv) -> None:
     lines = [
         f"# sccbg at n = {n:,}, step by step (issue 40)",
         "",
-        f"Date: {stamp}. Machine: {machine_summary()}. BLAS: {blas_kernel()}.",
+        f"Date: {stamp}. Machine: {machine_summary()}.",
         "",
         f"Command: `{recorded_command('sccbg_steps.py', argv)}`",
         "",
