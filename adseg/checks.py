@@ -1,10 +1,12 @@
 """Input checks shared across modules: integer and real arguments (fusers, views, forecast,
-ensembles) and the header of a table file (ingest, the truth file); and the integer type of
-indices into a given number of items."""
+ensembles) and the header of a table file (ingest, the truth file); the integer type of
+indices into a given number of items; whether a path lies on a read-only file system."""
 
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -60,3 +62,13 @@ def header_columns(names: list[str], required) -> tuple[list[str], list[str]]:
     missing = [c for c in required if c not in names]
     repeated = [c for c in required if names.count(c) > 1]
     return missing, repeated
+
+
+def on_read_only_mount(path: Path) -> bool:
+    """Whether ``path`` (an existing file or folder) lies on a file system mounted read-only
+    (``statvfs``'s ST_RDONLY): no user or permission change can write there. False where it
+    cannot be told (no statvfs, or the path is gone)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):
+        return False

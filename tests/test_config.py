@@ -81,6 +81,17 @@ def test_a_bad_port_names_the_masked_url_and_the_port(port):
     assert "s3cretPW" not in message and "invalid literal" not in message
 
 
+@pytest.mark.parametrize("url", [f"{PG}://u:s3cretPW@[::1/db", f"{PG}://u:s3cretPW@[::1:5432/db"])
+def test_an_unclosed_ipv6_bracket_is_named_not_read_as_a_bad_port(url):
+    """ "[::1/db" was reported as "the port ':1' is not a number" (QA probe)."""
+    with pytest.raises(ValueError) as caught:
+        database_url(url)
+    message = str(caught.value)
+    assert "opens an IPv6 address with '[' and never closes it with ']'" in message
+    assert "is not a number from 1 to 65535" not in message and "s3cretPW" not in message
+    assert database_url(f"{PG}://u@[::1]:5432/db") == f"{PG}://u@[::1]:5432/db"
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -623,6 +623,65 @@ def test_a_database_this_user_cannot_read_gets_no_read_only_warning(tmp_path, mo
     assert engine_module._unwritable_database(url) is None
 
 
+@contextmanager
+def _read_only_copy(folder: Path, files: list[Path]):
+    """``folder`` on a read-only file system holding copies of ``files``: a tmpfs mounted
+    read-only where this process may mount (root, as CI runs); else skipped."""
+    import shutil
+
+    staging = folder.parent / f"{folder.name}-staging"
+    staging.mkdir()
+    for file in files:
+        shutil.copy(file, staging / file.name)
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(staging), str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(folder)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield folder
+    finally:
+        # lazily: a pooled connection of the test may still hold the file open
+        subprocess.run(["umount", "--lazy", str(folder)], capture_output=True)
+
+
+def test_a_database_on_a_read_only_file_system_is_named_so(tmp_path, caplog):
+    """A copy on a read-only mount was refused as "its folder is not writable by this user
+    (run as a user who may write it, or change its permissions)": neither helps there (QA
+    probe). The line says read-only file system; reading commands still read it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    url = _idle_database(tmp_path)
+    with _read_only_copy(tmp_path / "ro", [tmp_path / "adseg.db"]) as folder:
+        ro_url = f"sqlite:///{folder / 'adseg.db'}"
+        res = runner.invoke(app, ["ingest", str(tmp_path), "--database-url", ro_url])
+        output = " ".join(res.output.split())
+        assert res.exit_code == 2, res.output
+        assert "cannot write it: it is on a read-only file system" in output
+        assert "remount this one read-write" in output and "change its permissions" not in output
+        res = runner.invoke(app, ["runs", "--database-url", ro_url])
+        assert res.exit_code == 0 and "it is on a read-only file system" in caplog.text
+        res = runner.invoke(app, ["report", "--database-url", url, "-o", str(folder / "r.csv")])
+        assert res.exit_code == 2 and "is on a read-only file system" in res.output
+
+
+def test_a_read_only_mount_is_told_apart_from_permissions(tmp_path, monkeypatch):
+    """:func:`adseg.checks.on_read_only_mount` reads statvfs's ST_RDONLY; a path it cannot
+    stat (gone) is not called read-only."""
+    from adseg import checks
+
+    assert checks.on_read_only_mount(tmp_path) is False
+    assert checks.on_read_only_mount(tmp_path / "missing") is False
+
+    class Flags:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(checks.os, "statvfs", lambda path: Flags())
+    assert checks.on_read_only_mount(tmp_path) is True
+
+
 # --- 5. a read-only database file, and read-only files beside it -------------------------------
 
 

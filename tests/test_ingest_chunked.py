@@ -168,6 +168,15 @@ def test_a_file_arrow_refuses_is_read_whole_and_its_rows_named(tmp_path, tiny_ch
         read_directory(folder)
 
 
+def test_a_repeated_header_row_in_a_later_chunk_is_named_with_its_row(tmp_path, tiny_chunks):
+    folder = _write(tmp_path / "in", _auctions())
+    lines = (folder / "auctions.csv").read_text().splitlines()
+    lines.insert(8, lines[0])  # data row 8, in the third chunk of 3 rows
+    (folder / "auctions.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match=r"auctions.csv: row 8: repeats the header row"):
+        read_directory(folder)
+
+
 def test_a_header_only_file_reads_as_no_rows(tmp_path, tiny_chunks):
     batch = read_directory(_write(tmp_path / "in", _auctions(0)))
     assert len(batch.auctions) == 0

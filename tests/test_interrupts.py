@@ -369,7 +369,8 @@ def test_a_stop_inside_a_command_still_gets_one_line(monkeypatch, capsys, tmp_pa
         adseg.cli.entry_point(["runs", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"])
     assert stopped.value.code == 130
     err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "interrupted by SIGINT (Ctrl-C): stopped (a run" in err
+    assert err.count("error:") == 1
+    assert "interrupted by SIGINT (Ctrl-C): stopped (nothing half-written is kept)" in err
 
 
 @pytest.fixture
@@ -816,12 +817,12 @@ def test_stops_timed_on_the_ingest_commit_are_reported_as_the_database_holds_the
         engine.dispose()
         assert written in (0, 49_666), err
         if written:
-            assert "inserted" in out and "nothing half-written" not in err, err
+            assert "inserted" in out and "nothing was written" not in err, err
             assert proc.returncode == 0 or (
                 proc.returncode == 128 + signum and "stopped after the ingest was committed" in err
             ), err
         else:
-            assert proc.returncode == 128 + signum and "nothing half-written is kept" in err, err
+            assert proc.returncode == 128 + signum and "nothing was written" in err, err
             assert "inserted" not in out
 
 
@@ -839,5 +840,5 @@ def test_a_stop_whose_exception_an_import_lost_stops_the_ingest_before_it_writes
     proc = _adseg(prelude, "ingest", tiny, "--database-url", db_url)
     assert proc.returncode == 143, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: terminated by SIGTERM: stopped (")
-    assert "nothing half-written is kept" in proc.stderr and proc.stdout == ""
+    assert "rolled back: nothing was written" in proc.stderr and proc.stdout == ""
     assert _rows(engine, "auctions") == 0

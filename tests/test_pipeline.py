@@ -951,6 +951,37 @@ def test_a_report_is_never_written_over_the_database_or_the_other_report(market_
     assert truth.read_bytes() == kept and len(store.list_runs(loaded)) == 1
 
 
+def test_a_stopped_segment_says_the_run_stays_completed(loaded, db_url, market_dir):
+    """`segment --run N` stopped mid-way said "a run in progress is marked failed" (QA probe),
+    though run N stays completed with its results; the line now says what the command left."""
+    from adseg.consensus import FUSERS
+    from adseg.interrupts import Terminated
+
+    run_id = run_nightly(loaded, config=_config(market_dir)).run_id
+    before = store.read_segments(loaded, run_id)
+
+    class Stopped(FUSERS["l2"]):
+        def fit(self, labels, y=None):
+            raise Terminated(signal.SIGTERM)
+
+    real = FUSERS["l2"]
+    FUSERS["l2"] = Stopped
+    try:
+        args = ["segment", "--run", str(run_id), "--fuser", "l2", "--database-url", db_url]
+        res = runner.invoke(app, args)
+    finally:
+        FUSERS["l2"] = real
+    assert res.exit_code == 143, res.output
+    text = " ".join(res.output.split())
+    assert "stopped (the run stays completed with the results of its last commit" in text
+    assert "marked failed" not in text
+    assert list(store.list_runs(loaded)["status"]) == ["completed"]
+    after = store.read_segments(loaded, run_id)
+    assert set(after) == set(before)
+    for source in before:
+        np.testing.assert_array_equal(after[source], before[source])
+
+
 def test_a_stop_while_the_reports_are_written_keeps_the_completed_run(
     loaded, db_url, tmp_path, monkeypatch
 ):
@@ -1186,10 +1217,15 @@ def test_help_reflows_paragraphs_and_lists_every_exit_code():
     """Docstrings' hard line breaks came through as ragged help lines ("… anyway; this" / "is
     for a holder …"); nightly's help left out 129 (SIGHUP) and 75 for an unreachable server."""
     res = runner.invoke(app, ["db", "unlock", "--help"], env={"COLUMNS": "200"})
-    assert res.exit_code == 0 and "anyway; this is for a holder on another host" in res.output
+    assert (
+        res.exit_code == 0 and "anyway, and this clears it too. A holder on another" in res.output
+    )
+    assert "clear its lock with --force once it has stopped" in " ".join(res.output.split())
     res = runner.invoke(app, ["nightly", "--help"], env={"COLUMNS": "100"})
     text = " ".join(res.output.split())
     assert "database server cannot be reached" in text and "129" in text and "141" in text
+    flowed = " ".join(text.replace("│", " ").split())  # the options' box, its borders out
+    assert "trce above 2,000 advertisers (their cost grows about with n³) and sccbg above" in flowed
 
 
 def _command_paths(group, prefix=()):

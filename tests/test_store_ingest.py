@@ -850,6 +850,53 @@ def test_a_nul_character_in_text_is_refused_with_its_row(engine, db_url, tmp_pat
     assert reads.table_counts(engine)["advertisers"] == 0
 
 
+def test_a_repeated_header_row_is_refused_as_such(engine, db_url, tmp_path):
+    """Two exports joined with cat: the second header was stored as an advertiser named "name"
+    (QA probe); in delivery it failed one rule per cell without saying why. One problem now,
+    with a byte-order mark, blanks or another column order on the repeated header too."""
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id,name,description\nx1,Foo,bar\n"
+        "\ufeffadvertiser_id,name,description\nx2,Baz,qux\n"
+        " description , advertiser_id,name\n",
+        encoding="utf-8",
+    )
+    file = directory / "advertisers.csv"
+    assert _problems(directory) == [
+        f"{file}: rows 2, 4: repeats the header row (files joined with cat? keep only the "
+        "first header)"
+    ]
+    with gzip.open(directory / "advertisers.csv.gz", "wb") as fh:  # gzip members joined
+        fh.write(b"advertiser_id,name,description\nx1,Foo,bar\n")
+    with gzip.open(directory / "part.gz", "wb") as fh:
+        fh.write(b"advertiser_id,name,description\nx2,Baz,qux\n")
+    with open(directory / "advertisers.csv.gz", "ab") as out:
+        out.write((directory / "part.gz").read_bytes())
+    file.unlink()
+    (directory / "part.gz").unlink()
+    delivery = "advertiser_id,date,bid_requests,bid_ecpm,impressions,spend\n"
+    (directory / "delivery.csv").write_text(delivery + "x1,2026-03-02,10,1.5,4,0.01\n" + delivery)
+    assert _problems(directory) == [
+        f"{directory / 'advertisers.csv.gz'}: row 2: repeats the header row (files joined with "
+        "cat? keep only the first header)",
+        f"{directory / 'delivery.csv'}: row 2: repeats the header row (files joined with cat? "
+        "keep only the first header)",
+    ]
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 2 and "repeats the header row" in result.output
+    assert reads.table_counts(engine)["advertisers"] == 0
+    # a value that merely names a column is data
+    (directory / "delivery.csv").unlink()
+    (directory / "advertisers.csv.gz").unlink()
+    (directory / "advertisers.csv").write_text(
+        "advertiser_id,name,description\nname,description,advertiser_id is its id\n"
+    )
+    result = runner.invoke(app, ["ingest", str(directory), "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    assert reads.table_counts(engine)["advertisers"] == 1
+
+
 def test_rows_shorter_than_the_header_are_refused_not_padded(tmp_path):
     """A missing comma shifted the later fields one column left and pandas padded the row with an
     empty field: here the description went into name and the row was accepted."""

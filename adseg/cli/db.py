@@ -126,8 +126,9 @@ def db_unlock(
 ) -> None:
     """Clear the nightly lock a stopped process left behind (its run is marked failed).
 
-    A lock of a process on this host that has ended is taken over by the next run anyway; this
-    is for a holder on another host (a container that was replaced, a machine that rebooted)."""
+    A lock of a process on this host that has ended is taken over by the next run anyway, and
+    this clears it too. A holder on another host (a container that was replaced, a machine that
+    rebooted) cannot be checked from here: clear its lock with --force once it has stopped."""
     from adseg.store.results import RunLockedError, clear_lock
 
     engine = _engine(database_url_)

@@ -56,8 +56,29 @@ _stop_reported = False
 """Whether a command has printed the line of the stop that ended it (see entry_point)."""
 
 
-def handle_errors(fn: Callable) -> Callable:
-    """Turn known exceptions into a one-line reason on stderr and a non-zero exit code."""
+STOPPED_RUN = (
+    "stopped (a run in progress is marked failed, its partial results deleted; nothing "
+    "half-written is kept)"
+)
+"""What a stop leaves of a command that creates a run (``nightly``, ``views``)."""
+STOPPED_STORED_RUN = (
+    "stopped (the run stays completed with the results of its last commit; nothing "
+    "half-written is kept)"
+)
+"""What a stop leaves of a command that adds to a completed run (``segment``, ``forecast``)."""
+STOPPED_WRITE = "stopped (rolled back: nothing was written)"
+"""What a stop before its commit leaves of a command that writes one transaction (``ingest``,
+``db prune``)."""
+STOPPED = "stopped (nothing half-written is kept)"
+"""What a stop leaves of any other command (files are written whole or not at all)."""
+
+
+def handle_errors(fn: Callable | None = None, *, stopped: str = STOPPED) -> Callable:
+    """Turn known exceptions into a one-line reason on stderr and a non-zero exit code;
+    ``stopped``: what the line of a stop (Ctrl-C, SIGTERM, SIGHUP) says the command left.
+    ``@handle_errors`` or ``@handle_errors(stopped=...)``."""
+    if fn is None:
+        return functools.partial(handle_errors, stopped=stopped)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -74,11 +95,7 @@ def handle_errors(fn: Callable) -> Callable:
         except (KeyboardInterrupt, Terminated) as exc:
             if (run_id := getattr(exc, "completed_run_id", None)) is not None:
                 _stopped_after_completion(exc, run_id)  # `views`: the run it completed stays
-            _fail_stopped(
-                exc,
-                "stopped (a run in progress is marked failed, its partial results deleted; "
-                "nothing half-written is kept)",
-            )
+            _fail_stopped(exc, stopped)
         except BrokenPipeError:
             _reader_gone()
         except CliError as exc:

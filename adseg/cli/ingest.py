@@ -12,13 +12,13 @@ from rich.table import Table
 
 from adseg.cli.connect import _engine, _require_schema
 from adseg.cli.console import err, out
-from adseg.cli.errors import _fail_stopped, handle_errors
+from adseg.cli.errors import STOPPED_WRITE, _fail_stopped, handle_errors
 from adseg.cli.options import DatabaseUrl, Quiet
 from adseg.cli.output import _counted, show_progress
 from adseg.interrupts import Terminated, check_pending, signals_deferred
 
 
-@handle_errors
+@handle_errors(stopped=STOPPED_WRITE)
 def ingest(
     directory: Annotated[
         Path,

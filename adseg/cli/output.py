@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from adseg.checks import on_read_only_mount
 from adseg.cli.errors import CliError
 from adseg.store.url import SQLITE_SIDE_FILES, database_url, sqlite_file
 
@@ -115,6 +116,8 @@ def _check_output(path: Path | None, option: str) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise CliError(f"{option} {path}: {parent} is a file, not a folder")
+    if on_read_only_mount(parent):
+        raise CliError(f"{option} {path}: {parent} is on a read-only file system")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CliError(f"{option} {path}: no permission to write in {parent}")
 

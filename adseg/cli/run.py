@@ -17,6 +17,8 @@ from adseg.cli.console import err, out
 from adseg.cli.errors import (
     EXIT_FAILED,
     EXIT_TEMPFAIL,
+    STOPPED_RUN,
+    STOPPED_STORED_RUN,
     CliError,
     _fail,
     _stopped_after_completion,
@@ -92,7 +94,7 @@ NightlyFusers = Annotated[
     typer.Option(
         "--fuser",
         help="Fuser(s) to run (repeatable); default: every registered one, except lta and "
-        "trce above 2,000 advertisers (their cost grows about with n³).",
+        "trce above 2,000 advertisers (their cost grows about with n³) and sccbg above 50,000.",
     ),
 ]
 Primary = Annotated[str, typer.Option(help="The fuser whose segments are the product.")]
@@ -122,7 +124,7 @@ ReportJson = Annotated[Path | None, typer.Option(help="Also write the JSON repor
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
 
 
-@handle_errors
+@handle_errors(stopped=STOPPED_RUN)
 def nightly(
     train_start: TrainStart = None,
     train_end: TrainEnd = None,
@@ -410,7 +412,7 @@ def _print_left_out(fusers: list[str]) -> None:
         )
 
 
-@handle_errors
+@handle_errors(stopped=STOPPED_RUN)
 def views_command(
     train_start: TrainStart = None,
     train_end: TrainEnd = None,
@@ -493,7 +495,7 @@ def _print_frame(
     out.print(table)
 
 
-@handle_errors
+@handle_errors(stopped=STOPPED_STORED_RUN)
 def segment_command(
     run: Annotated[
         int, typer.Option("--run", help="Run whose base clusterings to fuse.", **RUN_ID)
@@ -582,7 +584,7 @@ def _run_seed(engine, run_id: int, seed: int | None) -> int:
     return 0 if stored is None else int(stored)
 
 
-@handle_errors
+@handle_errors(stopped=STOPPED_STORED_RUN)
 def forecast_command(
     run: Annotated[
         int, typer.Option("--run", help="Run whose segments to forecast with.", **RUN_ID)

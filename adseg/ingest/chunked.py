@@ -184,8 +184,8 @@ def scan_chunked(
     try:
         for offset, frame in _csv_chunks(path, CHUNK_ROWS):
             typed, problems = validator(frame, file)
-            if typed is None:  # the header is wrong: every chunk would say so again
-                return None, problems
+            if typed is None:  # the header is wrong (or repeated in this chunk): stop here
+                return None, _merged({}, problems, offset)
             _merged(acc, [p for p in problems if p.rule != duplicate], offset)
             ids = typed[key]
             ok = _id_ok(ids)

