@@ -32,26 +32,7 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     read-only -wal / -shm files that keep the database's owner from writing it afterwards."""
     kwargs = {}
     if (found := _unwritable_database(url)) is not None:
-        file, why = found
-        given = sqlite_file(url)
-        named = str(given) if given.absolute() == file else f"{given} (resolved: {file})"
-        if writes:
-            remedy = (
-                "copy it to a writable file system, or remount this one read-write"
-                if on_read_only_mount(file)
-                else "run as a user who may write it, or change its permissions"
-            )
-            raise ValueError(
-                f"{named}: cannot write it: {why} ({remedy}; reading commands such as "
-                "`adseg report` and `adseg runs` can still read it)."
-            )
-        if (opener := _read_only_opener(file, named)) is not None:
-            log.warning(
-                "%s: %s; reading it read-only, without locks (a nightly that starts writing it "
-                "meanwhile could make this read inconsistent: run the command again)",
-                named,
-                why,
-            )
+        if (opener := _refuse_or_open_read_only(url, *found, writes=writes)) is not None:
             kwargs["creator"] = opener
     elif writes:
         _check_side_files_writable(url)
@@ -69,36 +50,69 @@ def make_engine(url: str, *, echo: bool = False, writes: bool = True) -> Engine:
     except ArgumentError as exc:  # e.g. two host= formats mixed; the message holds no password
         raise ValueError(f"database URL: {exc}") from None
     if engine.dialect.name == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA foreign_keys=ON")
-            database = engine.url.database
-            # an empty file is no database yet: setting WAL would write its header, so a
-            # command refused for want of a schema changed the file; `db upgrade` fills it,
-            # then sets WAL (use_wal), which every connection open on it then follows
-            if database and not database.startswith(":memory:") and _has_content(database):
-                try:
-                    cur.execute("PRAGMA journal_mode=WAL")
-                except sqlite3.OperationalError:  # a read-only file: reading needs no WAL
-                    pass
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA cache_size=-65536")  # 64 MiB: index inserts stay in memory
-            cur.close()
-
-        @event.listens_for(engine, "checkin")
-        def _sqlite_release_cache(dbapi_conn, _record):
-            # an idle pooled connection would keep its page cache (up to the 64 MiB above, all
-            # of it after one scan of the auctions) for the rest of the process: freed here
-            if dbapi_conn is not None:
-                try:
-                    dbapi_conn.execute("PRAGMA shrink_memory")
-                except sqlite3.Error:  # memory only: never an error of the work just done
-                    pass
-
+        _add_sqlite_listeners(engine)
     return engine
+
+
+def _refuse_or_open_read_only(url: str, file: Path, why: str, *, writes: bool):
+    """For a SQLite ``file`` this user cannot write (``why`` says what is read-only): raise
+    ValueError naming it and the remedy when the command ``writes``; otherwise a connection
+    creator opening it read-only without locks (None where plain opening works), with a
+    warning."""
+    given = sqlite_file(url)
+    named = str(given) if given.absolute() == file else f"{given} (resolved: {file})"
+    if writes:
+        remedy = (
+            "copy it to a writable file system, or remount this one read-write"
+            if on_read_only_mount(file)
+            else "run as a user who may write it, or change its permissions"
+        )
+        raise ValueError(
+            f"{named}: cannot write it: {why} ({remedy}; reading commands such as "
+            "`adseg report` and `adseg runs` can still read it)."
+        )
+    opener = _read_only_opener(file, named)
+    if opener is not None:
+        log.warning(
+            "%s: %s; reading it read-only, without locks (a nightly that starts writing it "
+            "meanwhile could make this read inconsistent: run the command again)",
+            named,
+            why,
+        )
+    return opener
+
+
+def _add_sqlite_listeners(engine: Engine) -> None:
+    """Per-connection pragmas (foreign keys, WAL on a database with content, busy timeout,
+    a 64 MiB page cache) and the cache's release when a connection goes back to the pool."""
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        database = engine.url.database
+        # an empty file is no database yet: setting WAL would write its header, so a
+        # command refused for want of a schema changed the file; `db upgrade` fills it,
+        # then sets WAL (use_wal), which every connection open on it then follows
+        if database and not database.startswith(":memory:") and _has_content(database):
+            try:
+                cur.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:  # a read-only file: reading needs no WAL
+                pass
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA cache_size=-65536")  # 64 MiB: index inserts stay in memory
+        cur.close()
+
+    @event.listens_for(engine, "checkin")
+    def _sqlite_release_cache(dbapi_conn, _record):
+        # an idle pooled connection would keep its page cache (up to the 64 MiB above, all
+        # of it after one scan of the auctions) for the rest of the process: freed here
+        if dbapi_conn is not None:
+            try:
+                dbapi_conn.execute("PRAGMA shrink_memory")
+            except sqlite3.Error:  # memory only: never an error of the work just done
+                pass
 
 
 def _side_file(file: Path, suffix: str) -> Path:
